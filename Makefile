@@ -1,0 +1,53 @@
+# matos-dagster: `make run` for the whole product on this machine, `make test` for the tests.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export DAGSTER_HOME := $(CURDIR)/.devstack/dagster
+PYTEST_TIMEOUT ?= 1200
+
+.PHONY: install run up down status demo test test-all bench clean
+
+install: $(STAMP)
+
+# The venv is rebuilt whenever pyproject.toml changes.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+$(DAGSTER_HOME)/dagster.yaml: dagster.yaml
+	mkdir -p $(DAGSTER_HOME)
+	cp dagster.yaml $(DAGSTER_HOME)/dagster.yaml
+
+up: install
+	$(BIN)/python -m matos_dagster.devstack up
+
+down:
+	$(BIN)/python -m matos_dagster.devstack down
+
+status:
+	$(BIN)/python -m matos_dagster.devstack status
+
+# The local stack, then the Dagster UI and daemon on http://127.0.0.1:3000 (Ctrl-C stops Dagster;
+# `make down` stops Kafka and Swift).
+run: up $(DAGSTER_HOME)/dagster.yaml
+	$(BIN)/python -m matos_dagster.devstack demo-data
+	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+
+demo: up $(DAGSTER_HOME)/dagster.yaml
+	$(BIN)/python -m matos_dagster.devstack demo
+
+test: install
+	$(BIN)/python -m pytest -m "not slow" --timeout=$(PYTEST_TIMEOUT)
+
+test-all: install
+	$(BIN)/python -m pytest --timeout=$(PYTEST_TIMEOUT)
+
+bench: install
+	$(BIN)/python -m matos_dagster.bench
+
+clean: down
+	rm -rf $(VENV) .devstack

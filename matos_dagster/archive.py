@@ -1,0 +1,189 @@
+"""Archiving one offset range, exactly once: the protocol of DESIGN.md, on the driver.
+
+1. validate the range against Kafka (topic, partition, log start and end offsets);
+2. run its slices as Spark tasks, each writing its own deterministically named objects;
+3. write the manifest last: only then is the range archived;
+4. commit the consumer group's offset, forward only, to the end of the contiguous
+   archived prefix, as Swift (not any local state) tells it.
+
+A crash between any two steps leaves nothing wrong: a retry rewrites the same objects, and
+the commit step recomputes its target from Swift. No Dagster imports: the asset is a thin
+shell around `archive_range`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+from matos_dagster import layout, manifest
+from matos_dagster.ranges import OffsetRange, contiguous_end
+from matos_dagster.slice_task import SliceJob, archive_slice
+from matos_dagster.store import Store
+from matos_dagster.topics import TopicConfig
+
+log = logging.getLogger(__name__)
+
+
+class RangeRefused(ValueError):
+    """The range cannot be archived as asked; nothing was written."""
+
+
+class DataLoss(RuntimeError):
+    """Records of the range were deleted from Kafka before they were archived."""
+
+
+class Kafka(Protocol):  # what archiving asks of the Kafka resource
+    def client_config(self) -> dict[str, Any]: ...
+    def check_partition(self, topic: str, partition: int) -> None: ...
+    def watermarks(self, topic: str, partitions: list[int]) -> dict[int, tuple[int, int]]: ...
+    def committed(self, topic: str, partitions: list[int], group: str | None = None) -> dict[int, int | None]: ...
+    def commit(self, topic: str, offsets: dict[int, int], group: str | None = None) -> None: ...
+
+
+@dataclass
+class Archived:
+    range: OffsetRange
+    manifest_name: str
+    manifest: dict
+    verified_only: bool  # the records had expired from Kafka; the existing archive was verified
+    committed_before: int | None
+    committed_after: int | None
+    duration_s: float
+    slices: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def records_per_s(self) -> float:
+        return self.manifest["records"] / self.duration_s if self.duration_s > 0 else 0.0
+
+
+def archive_range(
+    r: OffsetRange,
+    topic: TopicConfig,
+    kafka: Kafka,
+    store: Store,
+    spark: Any,
+    say: Callable[[str], None] = log.info,
+) -> Archived:
+    t0 = time.monotonic()
+    if r.topic != topic.name:
+        raise RangeRefused(f"range {r} is not of topic {topic.name!r}")
+    prefix = layout.join(store.params.prefix, topic.prefix)
+    kafka.check_partition(r.topic, r.partition)
+    low, high = kafka.watermarks(r.topic, [r.partition])[r.partition]
+    if r.end > high:
+        raise RangeRefused(
+            f"range {r} ends past the log end offset {high} of {r.topic}/{r.partition}: "
+            f"nothing can be archived beyond {high} yet"
+        )
+    name = layout.manifest_name(prefix, r)
+    existing = store.get_json(name)
+    committed_before = kafka.committed(r.topic, [r.partition], topic.group)[r.partition]
+
+    if r.start < low:
+        if existing is None:
+            raise DataLoss(
+                f"offsets [{r.start}, {min(low, r.end)}) of {r.topic}/{r.partition} were deleted from Kafka "
+                f"(log start offset is now {low}) before they were archived: those records are lost. "
+                f"Archive from {low} on to go on, and record the loss."
+            )
+        verify(store, existing)
+        say(f"{r}: records expired from Kafka; the archived range was verified against its manifest")
+        after = advance(kafka, store, prefix, topic, r.partition, low)
+        return Archived(r, name, existing, True, committed_before, after, time.monotonic() - t0)
+
+    _refuse_overlaps(store, prefix, r)
+
+    slices = r.slices(topic.slice_records)
+    jobs = [
+        SliceJob(
+            slice=s,
+            directory=layout.range_dir(prefix, r),
+            kafka_conf=kafka.client_config(),
+            group=topic.group,
+            swift=store.params,
+            format=topic.format,
+            object_bytes=topic.object_bytes,
+            max_record_bytes=topic.max_record_bytes,
+        )
+        for s in slices
+    ]
+    say(f"{r}: archiving in {len(jobs)} Spark task(s) of up to {topic.slice_records} offsets")
+    sc = spark.sparkContext
+    sc.setJobDescription(f"archive {r}")
+    objects = [o for written in sc.parallelize(jobs, len(jobs)).map(archive_slice).collect() for o in written]
+
+    doc = manifest.build(r, topic.format, objects)
+    store.put_json(name, doc)
+    notes = _remove_strays(store, layout.range_dir(prefix, r), doc)
+    after = advance(kafka, store, prefix, topic, r.partition, low)
+    return Archived(r, name, doc, False, committed_before, after, time.monotonic() - t0, len(jobs), notes)
+
+
+def verify(store: Store, doc: dict) -> None:
+    """Every object of the manifest is in Swift with its size and md5."""
+    for o in doc["objects"]:
+        found = store.head(o["name"])
+        if found is None:
+            raise manifest.ManifestError(f"object {o['name']} of the manifest is missing from Swift")
+        if found["bytes"] != o["bytes"] or found["md5"] != o["md5"]:
+            raise manifest.ManifestError(
+                f"object {o['name']} in Swift has {found['bytes']} bytes, md5 {found['md5']}; "
+                f"the manifest says {o['bytes']} bytes, md5 {o['md5']}"
+            )
+
+
+def archived_ranges(store: Store, prefix: str, topic: str, partition: int) -> list[tuple[int, int]]:
+    """The ranges of a partition whose manifest is in Swift: the truth of what is archived."""
+    out = []
+    for item in store.list(layout.partition_dir(prefix, topic, partition) + "/"):
+        name = item.get("name", "")
+        if name.endswith("/" + layout.MANIFEST):
+            span = layout.parse_range_dir(name[: -len(layout.MANIFEST) - 1])
+            if span:
+                out.append(span)
+    return sorted(out)
+
+
+def advance(kafka: Kafka, store: Store, prefix: str, topic: TopicConfig, partition: int, low: int) -> int | None:
+    """Commit the group's offset to the end of the contiguous archived prefix, never backwards.
+
+    Kafka's commit is not compare-and-set: two runs finishing together could each commit the
+    end they computed, the smaller last. So after committing we read the offset back and
+    commit again if it is behind what Swift now shows; the archived prefix only grows.
+    """
+    for _ in range(5):
+        committed = kafka.committed(topic.name, [partition], topic.group)[partition]
+        # A group that never committed starts at the log start offset: offsets below it
+        # are gone and can never be archived by anyone.
+        base = committed if committed is not None else low
+        target = contiguous_end(archived_ranges(store, prefix, topic.name, partition), base)
+        if committed is not None and target <= committed:
+            return committed
+        if committed is None and target <= base:
+            return None
+        kafka.commit(topic.name, {partition: target}, topic.group)
+    return kafka.committed(topic.name, [partition], topic.group)[partition]
+
+
+def _refuse_overlaps(store: Store, prefix: str, r: OffsetRange) -> None:
+    for lo, hi in archived_ranges(store, prefix, r.topic, r.partition):
+        if (lo, hi) != (r.start, r.end) and lo < r.end and r.start < hi:
+            raise RangeRefused(
+                f"range {r} overlaps the archived range [{lo}, {hi}): every offset must be in exactly "
+                "one manifest. Archive the offsets outside it instead."
+            )
+
+
+def _remove_strays(store: Store, directory: str, doc: dict) -> list[str]:
+    """Delete objects of an earlier attempt with other settings, which the manifest does not list."""
+    keep = {o["name"] for o in doc["objects"]} | {layout.join(directory, layout.MANIFEST)}
+    removed = []
+    for item in store.list(directory + "/"):
+        if item.get("name") and item["name"] not in keep:
+            store.delete(item["name"])
+            removed.append(item["name"])
+    return [f"removed {n}: left by an earlier attempt, not in the manifest" for n in removed]

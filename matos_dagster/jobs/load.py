@@ -1,0 +1,125 @@
+"""The load job (Matos' `load`): produce test records to a topic.
+
+    dagster job execute -m matos_dagster.definitions -j load -c load.yaml
+
+with, for example, `ops: {produce: {config: {topic: demo, count: 100000, value_bytes: 1024}}}`.
+"""
+
+import os
+import time
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import NewTopic
+from dagster import Config, MetadataValue, OpExecutionContext, Output, job, op
+from pydantic import Field
+
+from matos_dagster.resources import KafkaResource
+
+
+class LoadConfig(Config):
+    topic: str = Field(default="demo", description="Topic to produce to.")
+    count: int = Field(default=1000, description="Records to produce.")
+    value_bytes: int = Field(default=100, description="Size of each value in bytes (0: an empty value).")
+    key_pattern: str = Field(
+        default="key-{i}",
+        description="Key of record i, a Python format string with `{i}` (and `{p}`, the target partition "
+        "if set); empty: null keys.",
+    )
+    headers: dict[str, str] = Field(default={}, description="Headers added to every record.")
+    partitions: list[int] = Field(
+        default=[], description="Partitions to spread the records over, in turn; empty: the partitioner decides."
+    )
+    create_partitions: int = Field(
+        default=0, description="Create the topic with this many partitions if it does not exist (0: don't)."
+    )
+    transactional: bool = Field(default=False, description="Produce in transactions of `transaction_size` records.")
+    transaction_size: int = Field(default=1000, description="Records per transaction.")
+    rate: float = Field(default=0.0, description="Records per second at most (0: as fast as possible).")
+
+
+@op(description="Produce test records with an idempotent producer; report the last offset of each partition.")
+def produce(context: OpExecutionContext, config: LoadConfig, kafka: KafkaResource) -> Output[int]:
+    if config.count < 0 or config.value_bytes < 0:
+        raise ValueError("count and value_bytes must be >= 0")
+    if config.create_partitions:
+        ensure_topic(kafka, config.topic, config.create_partitions)
+    known = kafka.partitions(config.topic)  # fails clearly on an unknown topic
+    bad = sorted(set(config.partitions) - set(known))
+    if bad:
+        raise ValueError(f"topic {config.topic!r} has no partition(s) {bad}; it has {known}")
+
+    extra = {"linger.ms": 20, "batch.size": 1_000_000, "compression.type": "lz4"}
+    if config.transactional:
+        extra["transactional.id"] = f"matos-load-{context.run_id}"
+    producer = kafka.producer(**extra)
+    last: dict[int, int] = {}
+    failures: list[str] = []
+
+    def delivered(err, msg):
+        if err is not None:
+            failures.append(str(err))
+        else:
+            last[msg.partition()] = max(last.get(msg.partition(), -1), msg.offset())
+
+    # One random block, sliced per record: cheap, and values do not compress to nothing.
+    block = os.urandom(max(config.value_bytes, 1) + 256)
+    headers = list(config.headers.items())
+    t0 = time.monotonic()
+    next_report = t0 + 5
+    if config.transactional:
+        producer.init_transactions(kafka.timeout_s)
+    for i in range(config.count):
+        if config.transactional and i % config.transaction_size == 0:
+            if i:
+                producer.commit_transaction(kafka.timeout_s)
+            producer.begin_transaction()
+        partition = config.partitions[i % len(config.partitions)] if config.partitions else None
+        key = config.key_pattern.format(i=i, p=partition).encode() if config.key_pattern else None
+        value = block[i % 256 : i % 256 + config.value_bytes]
+        kwargs = {"partition": partition} if partition is not None else {}
+        while True:
+            try:
+                producer.produce(config.topic, value=value, key=key, headers=headers, on_delivery=delivered, **kwargs)
+                break
+            except BufferError:  # the local queue is full: let deliveries drain it
+                producer.poll(0.1)
+        producer.poll(0)
+        if config.rate:
+            ahead = (i + 1) / config.rate - (time.monotonic() - t0)
+            if ahead > 0:
+                time.sleep(ahead)
+        if time.monotonic() >= next_report:
+            context.log.info(f"produced {i + 1} of {config.count} records to {config.topic}")
+            next_report += 5
+    if config.transactional and config.count:
+        producer.commit_transaction(kafka.timeout_s)
+    left = producer.flush(kafka.timeout_s * 4)
+    if failures or left:
+        raise KafkaException(f"{len(failures)} records failed, {left} undelivered; first error: {failures[:1]}")
+    duration = time.monotonic() - t0
+    context.log.info(f"produced {config.count} records to {config.topic} in {duration:.1f}s")
+    return Output(
+        config.count,
+        metadata={
+            "topic": config.topic,
+            "records": MetadataValue.int(config.count),
+            "duration_s": MetadataValue.float(round(duration, 3)),
+            "records_per_s": MetadataValue.float(round(config.count / duration, 1) if duration else 0.0),
+            **{f"last_offset_p{p}": MetadataValue.int(o) for p, o in sorted(last.items())},
+        },
+    )
+
+
+def ensure_topic(kafka: KafkaResource, topic: str, partitions: int) -> None:
+    admin = kafka.admin()
+    fs = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=-1)])
+    try:
+        fs[topic].result(kafka.timeout_s)
+    except KafkaException as e:
+        if e.args[0].name() != "TOPIC_ALREADY_EXISTS":
+            raise
+
+
+@job(description="Produce test records to a Kafka topic (Matos' `load`).")
+def load():
+    produce()

@@ -1,0 +1,149 @@
+"""When a topic partition gets its next range: the lag sensor's decisions, without Dagster.
+
+Per partition the sensor remembers (in its cursor) the range it last requested and how
+that went. Each tick it brings the partition's offsets and the state of that range's run,
+and `decide` says what to do: request a new range, request the same range again, or wait,
+always with a reason. Rules (DESIGN.md): ranges of one partition are archived in order, at
+most one in flight; a failed range is requested again, never skipped; a backlog is cut into
+ranges no larger than the topic's maximum.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+from matos_dagster.ranges import OffsetRange, parse_key
+from matos_dagster.topics import TopicConfig
+
+MAX_ATTEMPTS = 5
+
+IN_FLIGHT = "in_flight"  # run queued, starting or running, or not created yet
+SUCCEEDED = "succeeded"
+FAILED = "failed"  # failed or canceled
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    """What the cursor keeps for one partition."""
+
+    next: int | None = None  # end of the last range archived (or requested, while in flight)
+    key: str | None = None  # partition key of the range requested last
+    attempt: int = 0  # runs requested for that key so far
+    done: bool = True  # its run succeeded
+    committed: int | None = None  # committed offset seen at the last tick
+    oldest_start: int | None = None  # `start` the age below was read for
+    oldest_ts_ms: int | None = None  # timestamp of the first pending record
+
+    def to_json(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "PartitionState":
+        return cls(**{k: doc[k] for k in cls.__dataclass_fields__ if k in doc})
+
+
+@dataclass(frozen=True)
+class Offsets:
+    low: int  # log start offset
+    high: int  # log end offset
+    committed: int | None
+
+
+@dataclass(frozen=True)
+class Decision:
+    state: PartitionState
+    request: OffsetRange | None = None
+    run_key: str | None = None
+    reason: str = ""
+    warning: str | None = None  # something an operator should see (moved offset, data loss, give-up)
+
+
+def start_of_next(state: PartitionState, offsets: Offsets) -> int:
+    """Where the next range starts: the committed offset, or where our last range ended.
+
+    Committed is the truth of what is archived. If someone moved it back, the ranges we
+    archived past it still exist, so we go on after them (the next run re-commits forward);
+    if someone moved it forward, we follow it (the monitor reports the gap it leaves).
+    """
+    committed = offsets.committed if offsets.committed is not None else offsets.low
+    if state.next is not None and state.next > committed:
+        return state.next
+    return committed
+
+
+def decide(
+    topic: TopicConfig,
+    partition: int,
+    state: PartitionState,
+    offsets: Offsets,
+    run: str | None,
+    now_ms: int,
+    oldest_ts_ms: int | None = None,
+    avg_record_bytes: float | None = None,
+) -> Decision:
+    """`run`: IN_FLIGHT, SUCCEEDED or FAILED for `state.key`'s latest run (None if no key)."""
+    warning = None
+    if state.committed is not None and offsets.committed != state.committed and (
+        offsets.committed is None or state.next is None or offsets.committed != state.next
+    ):
+        warning = (
+            f"{topic.name}/{partition}: the committed offset of group {topic.group} moved from "
+            f"{state.committed} to {offsets.committed} by someone else"
+        )
+    state = replace(state, committed=offsets.committed)
+
+    if state.key is not None and not state.done:
+        if run == IN_FLIGHT:
+            return Decision(state, reason=f"range {state.key} is in flight", warning=warning)
+        if run == FAILED:
+            if state.attempt >= MAX_ATTEMPTS:
+                return Decision(
+                    state,
+                    reason=f"range {state.key} failed {state.attempt} times; waiting for an operator",
+                    warning=f"{topic.name}/{partition}: range {state.key} failed {state.attempt} times and "
+                    "is no longer requested automatically; see its runs, fix the cause, then re-run it",
+                )
+            state = replace(state, attempt=state.attempt + 1)
+            return Decision(
+                state,
+                request=parse_key(state.key),
+                run_key=f"{state.key}#{state.attempt}",
+                reason=f"range {state.key} failed; requested again (attempt {state.attempt} of {MAX_ATTEMPTS})",
+                warning=warning,
+            )
+        # SUCCEEDED (or its run vanished from storage): the range is archived.
+        state = replace(state, done=True)
+
+    start = start_of_next(state, offsets)
+    pending = offsets.high - start
+    if pending <= 0:
+        return Decision(replace(state, next=start), reason="no new records", warning=warning)
+    if start < offsets.low:
+        return Decision(
+            state,
+            reason=f"offsets [{start}, {offsets.low}) were deleted before they were archived",
+            warning=f"{topic.name}/{partition}: DATA LOSS: offsets [{start}, {offsets.low}) were deleted by "
+            f"retention before they were archived. Move group {topic.group}'s offset to {offsets.low} "
+            "to go on archiving.",
+        )
+
+    if state.oldest_start != start:
+        state = replace(state, oldest_start=start, oldest_ts_ms=oldest_ts_ms)
+    age_s = (now_ms - state.oldest_ts_ms) / 1000 if state.oldest_ts_ms is not None else 0.0
+    est_bytes = pending * avg_record_bytes if avg_record_bytes else 0
+    if pending >= topic.batch_records:
+        why = f"{pending} records waiting (batch: {topic.batch_records})"
+    elif est_bytes >= topic.batch_bytes:
+        why = f"about {est_bytes:.0f} bytes waiting (batch: {topic.batch_bytes})"
+    elif age_s >= topic.batch_age_s:
+        why = f"oldest waiting record is {age_s:.0f}s old (batch: {topic.batch_age_s:.0f}s)"
+    else:
+        return Decision(
+            state,
+            reason=f"{pending} records waiting, {age_s:.0f}s old: below the batch policy",
+            warning=warning,
+        )
+    end = min(offsets.high, start + topic.max_range_records)
+    r = OffsetRange(topic.name, partition, start, end)
+    state = replace(state, next=end, key=r.key, attempt=1, done=False, oldest_start=None, oldest_ts_ms=None)
+    return Decision(state, request=r, run_key=r.key, reason=why, warning=warning)

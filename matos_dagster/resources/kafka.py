@@ -1,0 +1,218 @@
+"""Kafka, through confluent-kafka: the few calls the archive, sensor and checks need."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_INVALID,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient
+from dagster import ConfigurableResource
+from pydantic import Field
+
+
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_SSL")
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+class KafkaUnavailable(RuntimeError):
+    """The brokers did not answer, or refused our credentials."""
+
+
+class UnknownTopic(ValueError):
+    pass
+
+
+class UnknownPartition(ValueError):
+    pass
+
+
+class KafkaResource(ConfigurableResource):
+    """A Kafka cluster: PLAINTEXT, SSL, or SASL_SSL with PLAIN (Message Hub API keys) or SCRAM."""
+
+    bootstrap_servers: str = Field(description="Brokers, `host:port[,host:port]` (MATOS_KAFKA_BOOTSTRAP_SERVERS).")
+    # Plain strings, checked in client_config(): Dagster's EnvVar cannot fill a Literal field.
+    security_protocol: str = Field(
+        default="PLAINTEXT", description="How to talk to the brokers (MATOS_KAFKA_SECURITY_PROTOCOL)."
+    )
+    sasl_mechanism: str = Field(
+        default="PLAIN",
+        description="SASL mechanism for SASL_SSL; PLAIN is what IBM Message Hub / Event Streams "
+        "uses with an API key (MATOS_KAFKA_SASL_MECHANISM).",
+    )
+    username: str = Field(default="", description="SASL user name (MATOS_KAFKA_USERNAME).")
+    password: str = Field(default="", repr=False, description="SASL password or API key (MATOS_KAFKA_PASSWORD).")
+    ca_file: str = Field(default="", description="PEM file of the brokers' CA; empty: system CAs (MATOS_KAFKA_CA_FILE).")
+    group: str = Field(
+        default="matos-archiver",
+        description="Default consumer group whose committed offsets record archiving progress (MATOS_KAFKA_GROUP).",
+    )
+    client_id: str = Field(default="matos-dagster", description="Client id shown to brokers (MATOS_KAFKA_CLIENT_ID).")
+    timeout_s: int = Field(default=15, description="Seconds to wait for Kafka before failing (MATOS_KAFKA_TIMEOUT_S).")
+
+    def __repr__(self) -> str:
+        # Never show the password, whatever pydantic or Dagster would print.
+        return (
+            f"KafkaResource(bootstrap_servers={self.bootstrap_servers!r}, "
+            f"security_protocol={self.security_protocol!r}, username={self.username!r}, password=***)"
+        )
+
+    __str__ = __repr__
+
+    # -- client settings -------------------------------------------------------------
+
+    def client_config(self) -> dict[str, Any]:
+        """librdkafka settings shared by every client, secrets included: never log this."""
+        if self.security_protocol not in PROTOCOLS:
+            raise ValueError(
+                f"MATOS_KAFKA_SECURITY_PROTOCOL is {self.security_protocol!r}; use one of {', '.join(PROTOCOLS)}"
+            )
+        if self.security_protocol == "SASL_SSL" and self.sasl_mechanism not in MECHANISMS:
+            raise ValueError(
+                f"MATOS_KAFKA_SASL_MECHANISM is {self.sasl_mechanism!r}; use one of {', '.join(MECHANISMS)}"
+            )
+        conf: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap_servers,
+            "client.id": self.client_id,
+            "security.protocol": self.security_protocol,
+            "socket.connection.setup.timeout.ms": int(self.timeout_s * 1000),
+        }
+        if self.security_protocol in ("SSL", "SASL_SSL") and self.ca_file:
+            conf["ssl.ca.location"] = self.ca_file
+        if self.security_protocol == "SASL_SSL":
+            conf["sasl.mechanism"] = self.sasl_mechanism
+            conf["sasl.username"] = self.username
+            conf["sasl.password"] = self.password
+        return conf
+
+    def consumer(self, group: str | None = None, **overrides: Any) -> Consumer:
+        """A consumer that never commits by itself: only the archive protocol commits."""
+        conf = {
+            **self.client_config(),
+            "group.id": group or self.group,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "isolation.level": "read_committed",
+            **overrides,
+        }
+        return Consumer(conf)
+
+    def producer(self, **overrides: Any) -> Producer:
+        conf = {**self.client_config(), "enable.idempotence": True, "acks": "all", **overrides}
+        return Producer(conf)
+
+    def admin(self) -> AdminClient:
+        return AdminClient(self.client_config())
+
+    # -- questions the archive asks --------------------------------------------------
+
+    def partitions(self, topic: str) -> list[int]:
+        """The topic's partition ids; UnknownTopic if it does not exist."""
+        md = self._metadata(topic)
+        t = md.topics.get(topic)
+        if t is None or (t.error is not None and t.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+            raise UnknownTopic(f"Kafka topic {topic!r} does not exist on {self.bootstrap_servers}")
+        if t.error is not None:
+            raise KafkaUnavailable(f"Kafka could not describe topic {topic!r}: {t.error.str()}")
+        return sorted(t.partitions)
+
+    def check_partition(self, topic: str, partition: int) -> None:
+        parts = self.partitions(topic)
+        if partition not in parts:
+            raise UnknownPartition(
+                f"Kafka topic {topic!r} has no partition {partition}: it has partitions "
+                f"0..{max(parts)}" if parts else f"Kafka topic {topic!r} has no partitions"
+            )
+
+    def watermarks(self, topic: str, partitions: list[int]) -> dict[int, tuple[int, int]]:
+        """(log start offset, log end offset) of each partition."""
+        consumer = self.consumer()
+        try:
+            out = {}
+            for p in partitions:
+                try:
+                    out[p] = consumer.get_watermark_offsets(
+                        TopicPartition(topic, p), timeout=self.timeout_s, cached=False
+                    )
+                except KafkaException as e:
+                    raise self._unavailable(e) from None
+            return out
+        finally:
+            consumer.close()
+
+    def committed(self, topic: str, partitions: list[int], group: str | None = None) -> dict[int, int | None]:
+        """The group's committed offset per partition; None where it never committed."""
+        consumer = self.consumer(group)
+        try:
+            try:
+                tps = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=self.timeout_s)
+            except KafkaException as e:
+                raise self._unavailable(e) from None
+            out: dict[int, int | None] = {}
+            for tp in tps:
+                if tp.error is not None:
+                    raise KafkaUnavailable(f"Kafka could not read committed offsets of {topic}/{tp.partition}: {tp.error}")
+                out[tp.partition] = None if tp.offset == OFFSET_INVALID or tp.offset < 0 else tp.offset
+            return out
+        finally:
+            consumer.close()
+
+    def commit(self, topic: str, offsets: dict[int, int], group: str | None = None) -> None:
+        """Commit `offsets` for the group, synchronously. Callers decide that they only move forward."""
+        if not offsets:
+            return
+        consumer = self.consumer(group)
+        try:
+            try:
+                result = consumer.commit(
+                    offsets=[TopicPartition(topic, p, o) for p, o in sorted(offsets.items())],
+                    asynchronous=False,
+                )
+            except KafkaException as e:
+                raise self._unavailable(e) from None
+            for tp in result or []:
+                if tp.error is not None:
+                    raise KafkaUnavailable(f"Kafka refused the commit of {topic}/{tp.partition}: {tp.error}")
+        finally:
+            consumer.close()
+
+    def timestamp_at(self, topic: str, partition: int, offset: int) -> int | None:
+        """Timestamp (ms) of the first readable record at or after `offset`, None if none comes.
+
+        One fetch, bounded by the timeout: the sensor uses it for the age of the oldest
+        record still waiting to be archived.
+        """
+        consumer = self.consumer(**{"enable.partition.eof": True, "auto.offset.reset": "earliest"})
+        try:
+            consumer.assign([TopicPartition(topic, partition, offset)])
+            msg = consumer.poll(self.timeout_s)
+            if msg is None or msg.error() is not None:
+                return None
+            ts_type, ts = msg.timestamp()
+            return ts if ts_type else None
+        finally:
+            consumer.close()
+
+    def _metadata(self, topic: str | None = None):
+        try:
+            return self.admin().list_topics(topic=topic, timeout=self.timeout_s)
+        except KafkaException as e:
+            raise self._unavailable(e) from None
+
+    def _unavailable(self, e: KafkaException) -> KafkaUnavailable:
+        err = e.args[0] if e.args else e
+        hint = (
+            "check MATOS_KAFKA_USERNAME / MATOS_KAFKA_PASSWORD / MATOS_KAFKA_SASL_MECHANISM"
+            if self.security_protocol == "SASL_SSL"
+            else "check MATOS_KAFKA_BOOTSTRAP_SERVERS and that the brokers run"
+        )
+        return KafkaUnavailable(
+            f"Kafka at {self.bootstrap_servers} ({self.security_protocol}) did not answer within "
+            f"{self.timeout_s:g}s: {err}; {hint}"
+        )

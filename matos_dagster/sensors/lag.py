@@ -1,0 +1,110 @@
+"""The lag sensor: wake only the partitions with new records, and request their next range.
+
+Per tick and per configured topic: the log end and committed offsets of every partition
+(new partitions included), the state of the range requested last, then `policy.decide`.
+New keys are added as dynamic partitions and their runs requested in the same tick. The
+cursor holds a few numbers per partition, so a tick never lists the keys created so far.
+"""
+
+import json
+import time
+
+from dagster import (
+    AssetKey,
+    DagsterRunStatus,
+    DefaultSensorStatus,
+    DynamicPartitionsDefinition,
+    RunRequest,
+    RunsFilter,
+    SensorDefinition,
+    SensorEvaluationContext,
+    SensorResult,
+    SkipReason,
+    sensor,
+)
+from dagster._core.storage.tags import RUN_KEY_TAG, SENSOR_NAME_TAG
+
+from matos_dagster import policy
+from matos_dagster.policy import FAILED, IN_FLIGHT, SUCCEEDED, Offsets, PartitionState
+from matos_dagster.resources import KafkaResource
+from matos_dagster.topics import TopicConfig
+
+_FAILED = {DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
+
+
+def lag_sensor(topic: TopicConfig, partitions: DynamicPartitionsDefinition, interval_s: int) -> SensorDefinition:
+    asset_key = AssetKey(topic.asset_name)
+
+    @sensor(
+        name=f"lag_{topic.asset_name}",
+        asset_selection=[asset_key],
+        minimum_interval_seconds=interval_s,
+        default_status=DefaultSensorStatus.RUNNING,
+        description=f"Requests the next offset range of each partition of `{topic.name}` with new records.",
+    )
+    def _lag(context: SensorEvaluationContext, kafka: KafkaResource):
+        cursor = json.loads(context.cursor) if context.cursor else {}
+        parts = kafka.partitions(topic.name)
+        marks = kafka.watermarks(topic.name, parts)
+        committed = kafka.committed(topic.name, parts, topic.group)
+        avg_bytes = _average_record_bytes(context, asset_key)
+        now_ms = int(time.time() * 1000)
+
+        requests, new_keys, reasons = [], [], []
+        for p in parts:
+            state = PartitionState.from_json(cursor.get(str(p), {}))
+            low, high = marks[p]
+            offsets = Offsets(low, high, committed[p])
+            run = _run_state(context, state) if state.key and not state.done else None
+            oldest = None
+            start = policy.start_of_next(state, offsets)
+            if run is None and start < high and state.oldest_start != start:
+                oldest = kafka.timestamp_at(topic.name, p, start)
+            d = policy.decide(topic, p, state, offsets, run, now_ms, oldest, avg_bytes)
+            if d.warning:
+                context.log.warning(d.warning)
+            cursor[str(p)] = d.state.to_json()
+            reasons.append(f"p{p}: {d.reason}")
+            if d.request is not None:
+                if d.run_key == d.request.key:  # a new range, not a retry
+                    new_keys.append(d.request.key)
+                requests.append(
+                    RunRequest(run_key=d.run_key, partition_key=d.request.key, tags={"matos/reason": d.reason[:200]})
+                )
+                context.log.info(f"{d.request}: {d.reason}")
+
+        if not requests:
+            return SensorResult(skip_reason=SkipReason("; ".join(reasons)[:1000]), cursor=json.dumps(cursor))
+        return SensorResult(
+            run_requests=requests,
+            dynamic_partitions_requests=[partitions.build_add_request(new_keys)] if new_keys else [],
+            cursor=json.dumps(cursor),
+        )
+
+    return _lag
+
+
+def _run_state(context: SensorEvaluationContext, state: PartitionState) -> str:
+    run_key = state.key if state.attempt <= 1 else f"{state.key}#{state.attempt}"
+    runs = context.instance.get_runs(
+        filters=RunsFilter(tags={RUN_KEY_TAG: run_key, SENSOR_NAME_TAG: context.sensor_name}), limit=1
+    )
+    if not runs:
+        return IN_FLIGHT  # requested, but the daemon has not created the run yet
+    if runs[0].status == DagsterRunStatus.SUCCESS:
+        return SUCCEEDED
+    if runs[0].status in _FAILED:
+        return FAILED
+    return IN_FLIGHT
+
+
+def _average_record_bytes(context: SensorEvaluationContext, asset_key: AssetKey) -> float | None:
+    """Bytes per record in the topic's latest archived range: the bytes policy's estimate."""
+    event = context.instance.get_latest_materialization_event(asset_key)
+    if event is None or event.asset_materialization is None:
+        return None
+    meta = event.asset_materialization.metadata
+    records, raw = meta.get("records"), meta.get("record_bytes")
+    if records is None or raw is None or not records.value:
+        return None
+    return raw.value / records.value

@@ -1,0 +1,188 @@
+"""Swift, through python-swiftclient, as the archive uses it: on the driver and on executors.
+
+No Dagster imports: Spark tasks build their own connection from `SwiftParams`, which
+travels to executors inside the task closure (never in Spark settings, which the Spark UI
+and event log show).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from swiftclient import Connection
+from swiftclient.exceptions import ClientException
+
+
+class SwiftError(RuntimeError):
+    """Swift failed, with what to check."""
+
+
+@dataclass(frozen=True)
+class SwiftParams:
+    auth_url: str
+    container: str
+    auth_version: str = "1"
+    user: str = ""
+    key: str = field(default="", repr=False)
+    user_id: str = ""
+    project_id: str = ""
+    region: str = ""
+    domain: str = ""
+    prefix: str = ""
+    verify_tls: bool = True
+    ca_file: str = ""
+    retries: int = 5
+    timeout_s: float = 60.0
+
+    def connect(self) -> Connection:
+        os_options: dict[str, Any] = {}
+        if self.auth_version == "3":
+            os_options = {
+                "user_id": self.user_id or None,
+                "project_id": self.project_id or None,
+                "region_name": self.region or None,
+                "user_domain_name": self.domain or None,
+                "project_domain_name": self.domain or None,
+            }
+        return Connection(
+            authurl=self.auth_url,
+            user=self.user or None,
+            key=self.key,
+            auth_version=self.auth_version,
+            os_options={k: v for k, v in os_options.items() if v},
+            retries=self.retries,
+            timeout=self.timeout_s,
+            insecure=not self.verify_tls,
+            cacert=self.ca_file or None,
+        )
+
+
+class Store:
+    """One container, seen through one connection (not thread-safe: one per task)."""
+
+    def __init__(self, params: SwiftParams):
+        self.params = params
+        self.container = params.container
+        self._conn = params.connect()
+
+    def close(self) -> None:
+        self._conn.close()
+
+    @property
+    def url(self) -> str:
+        """The account's storage URL (known once authenticated)."""
+        if not self._conn.url:
+            self._conn.get_auth()  # sets .url and .token
+        return self._conn.url
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def check(self) -> None:
+        """Authenticate and make sure the container exists; create it private if missing."""
+        try:
+            self._conn.head_container(self.container)
+            return
+        except ClientException as e:
+            if e.http_status != 404:
+                raise self._explain(e, "read container") from None
+        except Exception as e:  # connection refused, DNS, TLS: not ClientException
+            raise self._explain(e, "reach") from None
+        try:
+            # No X-Container-Read: the container stays private to the account.
+            self._conn.put_container(self.container)
+        except ClientException as e:
+            raise self._explain(e, "create container") from None
+
+    def put(self, name: str, data: bytes, content_type: str = "application/octet-stream") -> str:
+        """Upload `data`; Swift checks it against our md5 and refuses a corrupt upload."""
+        md5 = hashlib.md5(data).hexdigest()
+        try:
+            etag = self._conn.put_object(
+                self.container, name, contents=data, etag=md5, content_type=content_type
+            )
+        except ClientException as e:
+            raise self._explain(e, f"write object {name}") from None
+        except Exception as e:
+            raise self._explain(e, f"write object {name}") from None
+        if etag and etag.strip('"') != md5:
+            raise SwiftError(f"Swift stored {name} with md5 {etag}, expected {md5}")
+        return md5
+
+    def put_json(self, name: str, doc: dict) -> str:
+        return self.put(name, canonical_json(doc), content_type="application/json")
+
+    def get(self, name: str) -> bytes | None:
+        """The object's bytes, or None if it does not exist."""
+        try:
+            _, body = self._conn.get_object(self.container, name)
+            return body
+        except ClientException as e:
+            if e.http_status == 404:
+                return None
+            raise self._explain(e, f"read object {name}") from None
+
+    def get_json(self, name: str) -> dict | None:
+        body = self.get(name)
+        return None if body is None else json.loads(body)
+
+    def head(self, name: str) -> dict | None:
+        """{'bytes': size, 'md5': etag} of the object, or None if it does not exist."""
+        try:
+            h = self._conn.head_object(self.container, name)
+        except ClientException as e:
+            if e.http_status == 404:
+                return None
+            raise self._explain(e, f"inspect object {name}") from None
+        return {"bytes": int(h["content-length"]), "md5": h["etag"].strip('"')}
+
+    def list(self, prefix: str, delimiter: str | None = None) -> Iterator[dict]:
+        """Every object (or `subdir` entry, with a delimiter) under `prefix`, in name order."""
+        try:
+            _, items = self._conn.get_container(
+                self.container, prefix=prefix, delimiter=delimiter, full_listing=True
+            )
+        except ClientException as e:
+            if e.http_status == 404:
+                return iter(())
+            raise self._explain(e, f"list {prefix}") from None
+        return iter(items)
+
+    def delete(self, name: str) -> None:
+        try:
+            self._conn.delete_object(self.container, name)
+        except ClientException as e:
+            if e.http_status != 404:
+                raise self._explain(e, f"delete object {name}") from None
+
+    def _explain(self, e: Exception, doing: str) -> SwiftError:
+        where = f"Swift at {self.params.auth_url}, container {self.container!r}"
+        status = getattr(e, "http_status", None)
+        if status == 401:
+            hint = "the credentials were refused: check MATOS_SWIFT_USER and MATOS_SWIFT_KEY"
+        elif status == 403:
+            hint = (
+                f"the user may not {doing}: check the user's roles or ACLs on container "
+                f"{self.container!r} (MATOS_SWIFT_CONTAINER)"
+            )
+        elif status is None:
+            hint = "could not be reached: check MATOS_SWIFT_AUTH_URL and that Swift runs"
+        else:
+            hint = f"answered HTTP {status}"
+        return SwiftError(f"could not {doing} in {where}: {hint} ({_one_line(e)})")
+
+
+def canonical_json(doc: dict) -> bytes:
+    """Sorted keys and fixed separators: the same document always gives the same bytes."""
+    return (json.dumps(doc, sort_keys=True, indent=1, separators=(",", ": ")) + "\n").encode()
+
+
+def _one_line(e: Exception) -> str:
+    text = str(e).strip().splitlines()
+    return text[0][:300] if text else type(e).__name__

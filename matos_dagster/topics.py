@@ -1,0 +1,171 @@
+"""The topics to archive: a YAML file, like the Kafka Observer's topic mapping (seed 002).
+
+    defaults:            # optional, applies to every topic
+      format: parquet
+    topics:
+      - name: orders
+        group: orders-archiver
+        batch: {records: 50000, age_s: 60}
+
+Validated when the definitions load, so a mistake fails loudly before any run starts.
+No Dagster imports.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from matos_dagster.ranges import check_topic
+
+SWIFT_MAX_OBJECT = 5 * 1024**3  # Swift refuses single objects above 5 GiB
+FORMATS = ("parquet", "jsonl")
+
+
+class TopicsFileError(ValueError):
+    """The topics file is missing, not YAML, or says something we cannot do."""
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    name: str
+    group: str = "matos-archiver"
+    format: str = "parquet"  # parquet (zstd) or jsonl (gzip)
+    prefix: str = ""  # between the Swift prefix and `topic=<name>/`
+    slice_records: int = 100_000  # offsets per Spark task
+    object_bytes: int = 64 * 1024**2  # record bytes per object, before compression
+    max_record_bytes: int = 16 * 1024**2  # a larger record fails the range, naming its offset
+    # batch policy: a partition's pending records become a range when any of these is reached
+    batch_records: int = 10_000
+    batch_bytes: int = 64 * 1024**2
+    batch_age_s: float = 60.0
+    max_range_records: int = 1_000_000  # a backlog is cut into ranges no larger than this
+    # monitor thresholds
+    lag_warn_records: int = 100_000
+    stall_s: float = 900.0  # ERROR when a lagging partition's committed offset does not move this long
+
+    @property
+    def asset_name(self) -> str:
+        """Dagster names allow only letters, digits and `_`; topics also allow `.` and `-`."""
+        return "archive_" + re.sub(r"[^A-Za-z0-9_]", "_", self.name)
+
+    @property
+    def partitions_name(self) -> str:
+        return self.asset_name + "_ranges"
+
+
+_FIELDS = {f.name: f for f in fields(TopicConfig)}
+_BATCH_KEYS = {"records": "batch_records", "bytes": "batch_bytes", "age_s": "batch_age_s",
+               "max_range_records": "max_range_records"}
+
+
+def load(path: str | Path) -> list[TopicConfig]:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise TopicsFileError(
+            f"cannot read the topics file {path} (MATOS_TOPICS_FILE): {e.strerror}"
+        ) from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise TopicsFileError(f"{path} is not valid YAML: {e}") from None
+    try:
+        return parse(doc)
+    except TopicsFileError as e:
+        raise TopicsFileError(f"{path}: {e}") from None
+
+
+def parse(doc: Any) -> list[TopicConfig]:
+    if not isinstance(doc, dict) or not isinstance(doc.get("topics"), list) or not doc["topics"]:
+        raise TopicsFileError("expected a mapping with a non-empty list `topics:` of {name: ...} entries")
+    unknown = set(doc) - {"defaults", "topics"}
+    if unknown:
+        raise TopicsFileError(f"unknown top-level keys {sorted(unknown)}; allowed: defaults, topics")
+    defaults = _flatten(doc.get("defaults") or {}, "defaults")
+    defaults.pop("name", None)
+    out: list[TopicConfig] = []
+    seen: dict[str, str] = {}
+    for i, entry in enumerate(doc["topics"]):
+        where = f"topics[{i}]"
+        if isinstance(entry, str):
+            entry = {"name": entry}
+        values = {**defaults, **_flatten(entry, where)}
+        if "name" not in values:
+            raise TopicsFileError(f"{where}: every topic needs a `name`")
+        topic = _build(values, f"{where} ({values['name']})")
+        if topic.asset_name in seen:
+            raise TopicsFileError(
+                f"{where}: topic {topic.name!r} gives the same asset name {topic.asset_name!r} as "
+                f"topic {seen[topic.asset_name]!r}"
+            )
+        seen[topic.asset_name] = topic.name
+        out.append(topic)
+    return out
+
+
+def _flatten(entry: Any, where: str) -> dict[str, Any]:
+    if not isinstance(entry, dict):
+        raise TopicsFileError(f"{where}: expected a mapping, got {type(entry).__name__}")
+    values = dict(entry)
+    batch = values.pop("batch", None)
+    if batch is not None:
+        if not isinstance(batch, dict):
+            raise TopicsFileError(f"{where}.batch: expected a mapping like {{records: 10000, age_s: 60}}")
+        for k, v in batch.items():
+            if k not in _BATCH_KEYS:
+                raise TopicsFileError(f"{where}.batch: unknown key {k!r}; allowed: {sorted(_BATCH_KEYS)}")
+            values[_BATCH_KEYS[k]] = v
+    for k in values:
+        if k not in _FIELDS:
+            allowed = sorted((set(_FIELDS) - set(_BATCH_KEYS.values())) | {"batch"})
+            raise TopicsFileError(f"{where}: unknown key {k!r}; allowed: {allowed}")
+    return values
+
+
+def _build(values: dict[str, Any], where: str) -> TopicConfig:
+    typed: dict[str, Any] = {}
+    for k, v in values.items():
+        want = _FIELDS[k].type
+        if want == "str":
+            if not isinstance(v, str):
+                raise TopicsFileError(f"{where}: {k} must be a string, got {v!r}")
+        elif want == "int":
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise TopicsFileError(f"{where}: {k} must be a whole number, got {v!r}")
+        elif want == "float":
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise TopicsFileError(f"{where}: {k} must be a number, got {v!r}")
+            v = float(v)
+        typed[k] = v
+    try:
+        check_topic(typed["name"])
+    except ValueError as e:
+        raise TopicsFileError(f"{where}: {e}") from None
+    topic = TopicConfig(**typed)
+    if topic.format not in FORMATS:
+        raise TopicsFileError(f"{where}: format must be one of {FORMATS}, got {topic.format!r}")
+    if topic.prefix.startswith("/") or "//" in topic.prefix or ".." in topic.prefix.split("/"):
+        raise TopicsFileError(f"{where}: prefix {topic.prefix!r} must be a relative path without '..' or '//'")
+    for k in ("slice_records", "object_bytes", "max_record_bytes", "batch_records", "batch_bytes",
+              "max_range_records", "lag_warn_records"):
+        if getattr(topic, k) <= 0:
+            raise TopicsFileError(f"{where}: {k} must be > 0, got {getattr(topic, k)}")
+    for k in ("batch_age_s", "stall_s"):
+        if getattr(topic, k) < 0:
+            raise TopicsFileError(f"{where}: {k} must be >= 0, got {getattr(topic, k)}")
+    if topic.object_bytes > SWIFT_MAX_OBJECT // 2:
+        raise TopicsFileError(
+            f"{where}: object_bytes {topic.object_bytes} is too close to Swift's 5 GiB object limit; "
+            f"use at most {SWIFT_MAX_OBJECT // 2}"
+        )
+    if topic.max_record_bytes > topic.object_bytes:
+        raise TopicsFileError(
+            f"{where}: max_record_bytes ({topic.max_record_bytes}) must not exceed object_bytes ({topic.object_bytes})"
+        )
+    return topic

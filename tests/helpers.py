@@ -1,0 +1,121 @@
+"""Test helpers written apart from the product code, so they check it rather than repeat it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from matos_dagster import records as fmt
+
+
+def produce(kafka, topic: str, rows, partition: int | None = None, **producer_conf) -> None:
+    """rows: iterable of (key, value, headers) or (key, value, headers, partition)."""
+    p = kafka.producer(**producer_conf)
+    for row in rows:
+        key, value, headers, *part = row
+        kwargs = {"key": key, "value": value, "headers": headers}
+        target = part[0] if part else partition
+        if target is not None:
+            kwargs["partition"] = target
+        p.produce(topic, **kwargs)
+        p.poll(0)
+    assert p.flush(30) == 0, "records left unsent"
+
+
+def read_kafka(kafka, topic: str, partition: int, start: int = 0, end: int | None = None) -> list[dict]:
+    """Every committed record of [start, end) straight from Kafka, as archive rows."""
+    c = Consumer({**kafka.client_config(), "group.id": "test-reader", "enable.auto.commit": False,
+                  "isolation.level": "read_committed", "enable.partition.eof": True,
+                  "auto.offset.reset": "earliest"})
+    low, high = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10, cached=False)
+    end = high if end is None else end
+    out: list[dict] = []
+    if start >= end:
+        c.close()
+        return out
+    c.assign([TopicPartition(topic, partition, max(start, low))])
+    try:
+        while True:
+            m = c.poll(10)
+            assert m is not None, f"no record from {topic}/{partition} within 10s"
+            if m.error():
+                assert m.error().code() == KafkaError._PARTITION_EOF, m.error()
+                if m.offset() >= end:
+                    return out
+                continue
+            if m.offset() >= end:
+                return out
+            ts_type, ts = m.timestamp()
+            out.append({
+                "topic": topic, "partition": partition, "offset": m.offset(),
+                "timestamp": ts if ts_type else None,
+                "timestamp_type": fmt.TIMESTAMP_TYPES[ts_type],
+                "key": m.key(), "value": m.value(),
+                "headers": [{"key": k, "value": v} for k, v in (m.headers() or [])],
+            })
+    finally:
+        c.close()
+
+
+def read_archive(store, manifest: dict) -> list[dict]:
+    """The rows of a manifest's objects, in offset order, timestamps as epoch milliseconds."""
+    rows = []
+    for o in manifest["objects"]:
+        table = fmt.decode(store.get(o["name"]), manifest["format"])
+        for r in table.to_pylist():
+            ts = r["timestamp"]
+            r["timestamp"] = None if ts is None else round(ts.timestamp() * 1000)
+            rows.append(r)
+    return rows
+
+
+def manifests(store, topic: str) -> list[dict]:
+    """Every manifest of the topic in the container, found by listing, not by the product's code."""
+    _, items = store._conn.get_container(store.container, full_listing=True)
+    docs = [json.loads(store.get(i["name"])) for i in items if i["name"].endswith("/_manifest.json")]
+    return [d for d in docs if d["topic"] == topic]
+
+
+def check_archive(kafka, store, topic: str, group: str) -> dict[int, int | None]:
+    """The invariant of DESIGN.md, checked independently; returns the committed offsets.
+
+    Every offset in [log start, committed) is in exactly one manifest, and every object a
+    manifest lists is in Swift with its size, md5 and record count.
+    """
+    docs = manifests(store, topic)
+    parts = kafka.partitions(topic)
+    marks = kafka.watermarks(topic, parts)
+    committed = kafka.committed(topic, parts, group)
+    for p in parts:
+        spans = sorted((d["start"], d["end"]) for d in docs if d["partition"] == p)
+        for (a0, a1), (b0, b1) in zip(spans, spans[1:]):
+            assert b0 >= a1, f"{topic}/{p}: manifests [{a0},{a1}) and [{b0},{b1}) overlap"
+        low = marks[p][0]
+        if committed[p] is not None:
+            pos = low
+            for s0, s1 in spans:
+                if s0 <= pos < s1:
+                    pos = s1
+            assert pos >= committed[p], (
+                f"{topic}/{p}: offsets [{pos}, {committed[p]}) are committed but in no manifest"
+            )
+    for d in docs:
+        total = 0
+        for o in d["objects"]:
+            data = store.get(o["name"])
+            assert data is not None, f"{o['name']} is listed in a manifest but missing"
+            assert len(data) == o["bytes"] and hashlib.md5(data).hexdigest() == o["md5"], o["name"]
+            n = fmt.decode(data, d["format"]).num_rows
+            assert n == o["records"], f"{o['name']}: {n} rows, manifest says {o['records']}"
+            total += n
+        assert total == d["records"]
+    return committed
+
+
+def delete_records(kafka, topic: str, partition: int, before: int) -> None:
+    """What retention does: move the log start offset to `before`."""
+    tp = TopicPartition(topic, partition, before)
+    admin = kafka.admin()  # must outlive the future
+    admin.delete_records([tp])[tp].result(30)

@@ -1,0 +1,246 @@
+"""Archiving ranges exactly once, on the real Kafka, Swift and Spark.
+
+Each test ends with `check_archive`: every offset in [log start, committed) is in exactly
+one manifest, and every object listed is in Swift with its size, md5 and record count.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from helpers import check_archive, delete_records, manifests, produce, read_archive, read_kafka
+from matos_dagster import layout
+from matos_dagster.archive import DataLoss, RangeRefused, archive_range
+from matos_dagster.ranges import OffsetRange
+from matos_dagster.resources.kafka import UnknownPartition, UnknownTopic
+from matos_dagster.topics import TopicConfig
+
+
+def config(topic: str, **kw) -> TopicConfig:
+    return TopicConfig(name=topic, group=f"g-{uuid.uuid4().hex[:8]}", **kw)
+
+
+def awkward_rows(n: int, partitions: int):
+    """Binary, empty and null keys and values; several, repeated and non-UTF-8 headers."""
+    for i in range(n):
+        key = [None, b"", bytes([i % 256, 0, 255]), f"k{i}".encode()][i % 4]
+        value = [bytes(range(256)) * (i % 3), None, b"", f"v{i}".encode() * 10][i % 4]
+        headers = [[], [("h", b"\xff\xfe\x00")], [("dup", b"1"), ("dup", b"2"), ("none", None)]][i % 3]
+        yield key, value, headers, i % partitions
+
+
+def test_archived_records_equal_kafkas_field_by_field_over_several_partitions(kafka, swift, spark, new_topic):
+    topic = new_topic(partitions=3)
+    produce(kafka, topic, awkward_rows(900, 3))
+    cfg = config(topic, slice_records=70, object_bytes=4096)  # many slices, many objects
+    with swift.store() as store:
+        for p in range(3):
+            high = kafka.watermarks(topic, [p])[p][1]
+            done = archive_range(OffsetRange(topic, p, 0, high), cfg, kafka, store, spark)
+            assert done.manifest["records"] == 300
+            assert len(done.manifest["objects"]) > 1
+            assert read_archive(store, done.manifest) == read_kafka(kafka, topic, p)
+            assert done.committed_after == high
+        committed = check_archive(kafka, store, topic, cfg.group)
+    assert committed == {0: 300, 1: 300, 2: 300}
+
+
+def test_jsonl_keeps_every_field_too(kafka, swift, spark, new_topic):
+    topic = new_topic()
+    produce(kafka, topic, awkward_rows(50, 1))
+    cfg = config(topic, format="jsonl")
+    with swift.store() as store:
+        done = archive_range(OffsetRange(topic, 0, 0, 50), cfg, kafka, store, spark)
+        assert done.manifest["objects"][0]["name"].endswith(".jsonl.gz")
+        assert read_archive(store, done.manifest) == read_kafka(kafka, topic, 0)
+        check_archive(kafka, store, topic, cfg.group)
+
+
+def test_the_layout_and_manifest_are_the_documented_contract(kafka, swift, spark, new_topic):
+    topic = new_topic()
+    produce(kafka, topic, [(b"k", b"v", [])] * 10)
+    cfg = config(topic, slice_records=4)
+    with swift.store() as store:
+        done = archive_range(OffsetRange(topic, 0, 0, 10), cfg, kafka, store, spark)
+        d = f"kafka/topic={topic}/partition=0/00000000000000000000-00000000000000000010"
+        assert done.manifest_name == f"{d}/_manifest.json"
+        assert [o["name"] for o in done.manifest["objects"]] == [
+            f"{d}/part-00000000000000000000.parquet",
+            f"{d}/part-00000000000000000004.parquet",
+            f"{d}/part-00000000000000000008.parquet",
+        ]
+        m = store.get_json(done.manifest_name)
+        assert {k: m[k] for k in ("topic", "partition", "start", "end", "records", "format")} == {
+            "topic": topic, "partition": 0, "start": 0, "end": 10, "records": 10, "format": "parquet"}
+        assert set(m["objects"][0]) >= {"name", "records", "bytes", "md5", "first_offset", "last_offset"}
+
+
+def test_rearchiving_a_range_rewrites_identical_bytes_and_never_moves_the_offset_back(kafka, swift, spark, new_topic):
+    topic = new_topic()
+    produce(kafka, topic, awkward_rows(200, 1))
+    cfg = config(topic, slice_records=50)
+    with swift.store() as store:
+        first = archive_range(OffsetRange(topic, 0, 0, 100), cfg, kafka, store, spark)
+        archive_range(OffsetRange(topic, 0, 100, 200), cfg, kafka, store, spark)
+        before = {o["name"]: store.get(o["name"]) for o in first.manifest["objects"]}
+        manifest_before = store.get(first.manifest_name)
+
+        again = archive_range(OffsetRange(topic, 0, 0, 100), cfg, kafka, store, spark)
+
+        assert {o["name"]: store.get(o["name"]) for o in again.manifest["objects"]} == before
+        assert store.get(first.manifest_name) == manifest_before
+        assert again.committed_after == 200  # not back to 100
+        assert kafka.committed(topic, [0], cfg.group) == {0: 200}
+        check_archive(kafka, store, topic, cfg.group)
+
+
+def transactions(kafka, topic: str, outcomes: list[bool]) -> None:
+    """Five records a transaction, committed or aborted in turn, each followed by its marker."""
+    tx = kafka.producer(**{"transactional.id": f"tx-{uuid.uuid4().hex[:6]}"})
+    tx.init_transactions(30)
+    for i, commit in enumerate(outcomes):
+        tx.begin_transaction()
+        for j in range(5):
+            tx.produce(topic, key=f"{i}-{j}".encode(), value=b"committed" if commit else b"aborted", partition=0)
+        tx.flush(30)  # else abort_transaction purges the records before the broker sees them
+        tx.commit_transaction(30) if commit else tx.abort_transaction(30)
+
+
+def test_aborted_transactions_are_not_archived(kafka, swift, spark, new_topic):
+    topic = new_topic()
+    transactions(kafka, topic, [True, False, True, False])
+    # Offsets: 0-4 committed, 5 marker, 6-10 aborted, 11 marker, 12-16 committed, 17 marker,
+    # 18-22 aborted, 23 marker: the log ends in records nobody may read.
+    assert kafka.watermarks(topic, [0])[0][1] == 24
+    cfg = config(topic, slice_records=7)
+    with swift.store() as store:
+        done = archive_range(OffsetRange(topic, 0, 0, 12), cfg, kafka, store, spark)
+        assert [r["offset"] for r in read_archive(store, done.manifest)] == [0, 1, 2, 3, 4]
+        tail = archive_range(OffsetRange(topic, 0, 12, 24), cfg, kafka, store, spark)
+        assert [r["offset"] for r in read_archive(store, tail.manifest)] == [12, 13, 14, 15, 16]
+        assert tail.committed_after == 24
+        check_archive(kafka, store, topic, cfg.group)
+
+
+def test_a_range_of_only_markers_and_aborted_records_archives_as_an_empty_range(kafka, swift, spark, new_topic):
+    topic = new_topic()
+    transactions(kafka, topic, [True, False])  # 0-4 committed, 5 marker, 6-10 aborted, 11 marker
+    cfg = config(topic)
+    with swift.store() as store:
+        archive_range(OffsetRange(topic, 0, 0, 6), cfg, kafka, store, spark)
+        empty = archive_range(OffsetRange(topic, 0, 6, 12), cfg, kafka, store, spark)
+        assert empty.manifest["records"] == 0 and empty.manifest["objects"] == []
+        assert store.get_json(empty.manifest_name)["records"] == 0
+        assert empty.committed_after == 12
+        check_archive(kafka, store, topic, cfg.group)
+
+
+def test_a_compacted_topic_archives_exactly_its_surviving_records(kafka, swift, spark, new_topic):
+    topic = new_topic(**{"cleanup.policy": "compact", "segment.ms": "100", "min.cleanable.dirty.ratio": "0.01",
+                         "delete.retention.ms": "100", "min.compaction.lag.ms": "0"})
+    for round_ in range(3):
+        produce(kafka, topic, [(f"k{i}".encode(), f"r{round_}".encode(), []) for i in range(20)])
+        time.sleep(0.3)  # let each round roll a segment
+    deadline = time.monotonic() + 90
+    while True:
+        survivors = read_kafka(kafka, topic, 0)
+        if len(survivors) < 60 or time.monotonic() > deadline:
+            break
+        produce(kafka, topic, [(b"roll", b"x", [])])  # a new record rolls the active segment
+        time.sleep(1)
+    assert len(survivors) < 60, "the broker did not compact the topic within 90s"
+    high = kafka.watermarks(topic, [0])[0][1]
+    cfg = config(topic, slice_records=9)
+    with swift.store() as store:
+        done = archive_range(OffsetRange(topic, 0, 0, high), cfg, kafka, store, spark)
+        assert read_archive(store, done.manifest) == read_kafka(kafka, topic, 0)
+        check_archive(kafka, store, topic, cfg.group)
+
+
+def test_a_5_mb_record_archives_intact(kafka, swift, spark, new_topic):
+    topic = new_topic(**{"max.message.bytes": str(8 * 1024**2)})
+    big = bytes(range(256)) * (5 * 1024**2 // 256)
+    produce(kafka, topic, [(b"small", b"1", []), (b"big", big, [("h", b"x")]), (b"small", b"2", [])],
+            **{"message.max.bytes": 8 * 1024**2})
+    cfg = config(topic, object_bytes=1024**2, max_record_bytes=1024**2)
+    with swift.store() as store, pytest.raises(Exception, match="above the topic's max_record_bytes"):
+        archive_range(OffsetRange(topic, 0, 0, 3), cfg, kafka, store, spark)
+    cfg = config(topic, object_bytes=8 * 1024**2, max_record_bytes=6 * 1024**2)
+    with swift.store() as store:
+        assert not manifests(store, topic), "a failed range must leave no manifest"
+        done = archive_range(OffsetRange(topic, 0, 0, 3), cfg, kafka, store, spark)
+        rows = read_archive(store, done.manifest)
+        assert rows[1]["value"] == big and rows == read_kafka(kafka, topic, 0)
+        check_archive(kafka, store, topic, cfg.group)
+
+
+# -- refusals: a clear error, no manifest, no committed offset ------------------------------
+
+
+def _refused(kafka, swift, spark, r, cfg, error, message):
+    with swift.store() as store:
+        with pytest.raises(error, match=message):
+            archive_range(r, cfg, kafka, store, spark)
+        assert not manifests(store, r.topic)
+    if error not in (UnknownTopic, UnknownPartition):
+        assert kafka.committed(r.topic, [r.partition], cfg.group)[r.partition] is None
+
+
+def test_a_range_past_the_log_end_is_refused(kafka, swift, spark, new_topic):
+    topic = new_topic()
+    produce(kafka, topic, [(b"k", b"v", [])] * 5)
+    _refused(kafka, swift, spark, OffsetRange(topic, 0, 0, 6), config(topic), RangeRefused, "past the log end offset 5")
+
+
+def test_an_unknown_topic_or_partition_is_refused(kafka, swift, spark, new_topic):
+    topic = new_topic()
+    _refused(kafka, swift, spark, OffsetRange("no-such-topic", 0, 0, 1), config("no-such-topic"), UnknownTopic, "does not exist")
+    _refused(kafka, swift, spark, OffsetRange(topic, 7, 0, 1), config(topic), UnknownPartition, "has no partition 7")
+
+
+def test_records_deleted_before_archiving_are_reported_as_loss_naming_the_offsets(kafka, swift, spark, new_topic):
+    topic = new_topic()
+    produce(kafka, topic, [(b"k", b"v", [])] * 10)
+    delete_records(kafka, topic, 0, 4)
+    assert kafka.watermarks(topic, [0])[0][0] == 4
+    _refused(kafka, swift, spark, OffsetRange(topic, 0, 0, 10), config(topic), DataLoss, r"offsets \[0, 4\).*lost")
+
+
+def test_an_archived_range_whose_records_expired_is_verified_not_failed(kafka, swift, spark, new_topic):
+    topic = new_topic()
+    produce(kafka, topic, [(b"k", b"v", [])] * 10)
+    cfg = config(topic)
+    r = OffsetRange(topic, 0, 0, 10)
+    with swift.store() as store:
+        archive_range(r, cfg, kafka, store, spark)
+        delete_records(kafka, topic, 0, 10)
+        again = archive_range(r, cfg, kafka, store, spark)
+        assert again.verified_only and again.manifest["records"] == 10
+        check_archive(kafka, store, topic, cfg.group)
+
+
+def test_a_range_overlapping_an_archived_one_is_refused(kafka, swift, spark, new_topic):
+    topic = new_topic()
+    produce(kafka, topic, [(b"k", b"v", [])] * 10)
+    cfg = config(topic)
+    with swift.store() as store:
+        archive_range(OffsetRange(topic, 0, 0, 6), cfg, kafka, store, spark)
+        with pytest.raises(RangeRefused, match=r"overlaps the archived range \[0, 6\)"):
+            archive_range(OffsetRange(topic, 0, 4, 10), cfg, kafka, store, spark)
+        assert kafka.committed(topic, [0], cfg.group) == {0: 6}
+        check_archive(kafka, store, topic, cfg.group)
+
+
+def test_the_offset_is_committed_only_to_the_end_of_the_contiguous_archived_prefix(kafka, swift, spark, new_topic):
+    topic = new_topic()
+    produce(kafka, topic, [(b"k", b"v", [])] * 30)
+    cfg = config(topic)
+    with swift.store() as store:
+        later = archive_range(OffsetRange(topic, 0, 10, 20), cfg, kafka, store, spark)
+        assert later.committed_after is None  # [0, 10) is not archived yet
+        first = archive_range(OffsetRange(topic, 0, 0, 10), cfg, kafka, store, spark)
+        assert first.committed_after == 20  # both ranges now form one prefix
+        check_archive(kafka, store, topic, cfg.group)
