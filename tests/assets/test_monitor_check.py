@@ -1,0 +1,93 @@
+"""The monitor check's OK, WARN and ERROR, each from a real situation on Kafka and Swift."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from dagster import Definitions, instance_for_test
+
+from helpers import delete_records, produce
+from matos_dagster.archive import archive_range
+from matos_dagster.assets.archive import archive_asset
+from matos_dagster.assets.monitor import monitor_automation, monitor_check, monitor_job_name
+from matos_dagster.ranges import OffsetRange
+from matos_dagster.topics import TopicConfig
+
+
+@pytest.fixture
+def instance():
+    with instance_for_test() as instance:
+        yield instance
+
+
+class Monitor:
+    def __init__(self, topic: TopicConfig, kafka, swift, spark_resource, instance):
+        check = monitor_check(topic)
+        schedule, _ = monitor_automation(topic, check, "*/5 * * * *")
+        self.defs = Definitions(
+            assets=[archive_asset(topic)], asset_checks=[check], schedules=[schedule],
+            resources={"kafka": kafka, "swift": swift, "spark": spark_resource},
+        )
+        self.job = self.defs.resolve_job_def(monitor_job_name(topic))
+        self.instance = instance
+
+    def evaluate(self):
+        result = self.job.execute_in_process(instance=self.instance)
+        (evaluation,) = result.get_asset_check_evaluations()
+        return evaluation
+
+
+def setup(kafka, swift, spark_resource, instance, new_topic, **kw):
+    name = new_topic()
+    topic = TopicConfig(name, group=f"g-{uuid.uuid4().hex[:6]}", **kw)
+    return name, topic, Monitor(topic, kafka, swift, spark_resource, instance)
+
+
+def table(evaluation) -> list[dict]:
+    return [r.data for r in evaluation.metadata["partitions"].value.records]
+
+
+def test_an_archive_that_keeps_up_is_ok(kafka, swift, spark_resource, instance, new_topic):
+    name, topic, monitor = setup(kafka, swift, spark_resource, instance, new_topic)
+    produce(kafka, name, [(b"k", b"v", [])] * 20)
+    with swift.store() as store:
+        archive_range(OffsetRange(name, 0, 0, 20), topic, kafka, store, spark_resource.spark_session)
+    e = monitor.evaluate()
+    assert e.passed and e.metadata["status"].value == "OK"
+    row = table(e)[0]
+    assert (row["log_end"], row["committed"], row["archived_hwm"], row["lag_records"]) == (20, 20, 20, 0)
+
+
+def test_lag_growing_above_the_threshold_warns(kafka, swift, spark_resource, instance, new_topic):
+    name, topic, monitor = setup(kafka, swift, spark_resource, instance, new_topic, lag_warn_records=10)
+    statuses = []
+    for _ in range(5):  # the window: lag above 10 and growing at every evaluation
+        produce(kafka, name, [(b"k", b"v", [])] * 15)
+        statuses.append(monitor.evaluate().metadata["status"].value)
+    assert statuses[0] == "OK" and statuses[-1] == "WARN"
+    e = monitor.evaluate()
+    assert not e.passed and e.severity.value == "WARN" and "not shrinking" in table(e)[0]["why"]
+    assert e.metadata["total_lag_records"].value == 75
+
+
+def test_a_gap_between_archived_ranges_is_an_error(kafka, swift, spark_resource, instance, new_topic):
+    name, topic, monitor = setup(kafka, swift, spark_resource, instance, new_topic)
+    produce(kafka, name, [(b"k", b"v", [])] * 30)
+    with swift.store() as store:
+        for start, end in [(0, 10), (20, 30)]:
+            archive_range(OffsetRange(name, 0, start, end), topic, kafka, store, spark_resource.spark_session)
+    e = monitor.evaluate()
+    assert not e.passed and e.severity.value == "ERROR"
+    assert table(e)[0]["gaps"] == "[10, 20)" and table(e)[0]["status"] == "ERROR"
+
+
+def test_records_deleted_by_retention_before_archiving_are_an_error(kafka, swift, spark_resource, instance, new_topic):
+    name, topic, monitor = setup(kafka, swift, spark_resource, instance, new_topic)
+    produce(kafka, name, [(b"k", b"v", [])] * 30)
+    with swift.store() as store:
+        archive_range(OffsetRange(name, 0, 0, 10), topic, kafka, store, spark_resource.spark_session)
+    delete_records(kafka, name, 0, 15)
+    e = monitor.evaluate()
+    assert not e.passed and e.severity.value == "ERROR"
+    assert table(e)[0]["lost"] == "[10, 15)"
