@@ -1,0 +1,161 @@
+"""`python -m matos_dagster.devstack up|down|status`: the local Kafka + Swift stack.
+
+    up      install what is missing, start Kafka and Swift (if not running), wait until
+            both answer, print where they are
+    down    stop every process of the stack, by the PID recorded when it was started
+    status  print each process's state, PID, port and log file; exit 0 if all run, else 1
+
+Settings (see matos_dagster/settings.py): MATOS_DEVSTACK_DIR, MATOS_DEVSTACK_CACHE,
+MATOS_DEVSTACK_KAFKA_PORT, MATOS_DEVSTACK_SWIFT_PORT.
+
+A new subcommand is one more entry in COMMANDS: a function taking the parsed arguments
+and returning the exit code, its help line, and optionally a function adding its options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Callable, NamedTuple
+
+from matos_dagster import settings
+from matos_dagster.devstack.kafka import KAFKA_VERSION
+from matos_dagster.devstack.stack import (
+    LocalStack,
+    StackError,
+    check_ports,
+    local_stack,
+    locked,
+    servers,
+)
+from matos_dagster.devstack.swift import SWIFT_VERSION
+
+PROG = "python -m matos_dagster.devstack"
+
+
+def up(args: argparse.Namespace) -> int:
+    began = time.monotonic()
+    stack = local_stack()
+    kafka, swift = stack
+    with locked():
+        check_ports(stack)
+        if not kafka.installed():
+            _say(f"Fetching the Kafka {KAFKA_VERSION} jars with Maven into {kafka.cache_dir} (once) ...")
+        kafka.install()
+        if not swift.installed():
+            _say(f"Installing Swift {SWIFT_VERSION} into {swift.venv} (once) ...")
+        swift.install()
+
+        kafka_was_running = kafka.running()
+        t = time.monotonic()
+        kafka.start()
+        _say(f"Kafka {KAFKA_VERSION}: {_how(kafka_was_running, t)}")
+        swift_was_running = swift.running()
+        t = time.monotonic()
+        try:
+            swift.start()  # all or nothing: stops its servers again if it fails
+        except BaseException:
+            if not kafka_was_running:
+                kafka.stop()  # leave things as they were
+            raise
+        _say(f"Swift {SWIFT_VERSION}: {_how(swift_was_running, t)}")
+
+    print(f"\nThe local stack is up ({time.monotonic() - began:.1f} s).")
+    print(f"  Kafka bootstrap servers  {kafka.bootstrap_servers}")
+    print(f"  Swift auth URL           {swift.auth_url}  (auth v1.0, user {swift.user}, key {swift.key})")
+    _hint("MATOS_KAFKA_BOOTSTRAP_SERVERS", kafka.bootstrap_servers)
+    _hint("MATOS_SWIFT_AUTH_URL", swift.auth_url)
+    print("  Logs")
+    for server in servers(stack):
+        print(f"    {server.name:<15} {server.log_file}")
+    print(f"  Stop it with: {PROG} down")
+    return 0
+
+
+def down(args: argparse.Namespace) -> int:
+    began = time.monotonic()
+    stack = local_stack()
+    with locked():
+        running = [s for s in servers(stack) if s.pid is not None]
+        stack.swift.stop()
+        stack.kafka.stop()
+    if not running:
+        print("The local stack was not running.")
+        return 0
+    for server in running:
+        print(f"stopped {server.name:<15} PID {server.pid}")
+    print(f"The local stack is down ({time.monotonic() - began:.1f} s).")
+    return 0
+
+
+def status(args: argparse.Namespace) -> int:
+    stack = local_stack()
+    rows = servers(stack)
+    for s in rows:
+        state = "running" if s.pid is not None else "stopped"
+        pid = f"PID {s.pid}" if s.pid is not None else "-"
+        port = f"port {s.port}" if s.port else "-"
+        print(f"{s.name:<15} {state:<8} {pid:<10} {port:<10} log {s.log_file}")
+    _print_endpoints(stack)
+    all_running = all(s.pid is not None for s in rows)
+    print("All running." if all_running else "Not (all) running: start it with " f"{PROG} up")
+    return 0 if all_running else 1
+
+
+class Command(NamedTuple):
+    run: Callable[[argparse.Namespace], int]
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None] | None = None
+
+
+COMMANDS: dict[str, Command] = {
+    "up": Command(up, "install what is missing, start Kafka and Swift, wait until both answer"),
+    "down": Command(down, "stop Kafka and Swift (by the PIDs recorded when they started)"),
+    "status": Command(status, "show PIDs, ports and log files; exit 0 if all run, 1 otherwise"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="The local stack: a Kafka broker and a Swift all-in-one on 127.0.0.1.",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, command in COMMANDS.items():
+        sub = subparsers.add_parser(name, help=command.help, description=command.help)
+        if command.add_arguments is not None:
+            command.add_arguments(sub)
+    args = parser.parse_args(argv)
+    try:
+        return COMMANDS[args.command].run(args)
+    except KeyboardInterrupt:
+        print(f"{PROG} {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except (StackError, RuntimeError, OSError, ValueError) as e:
+        # Expected failures (a port taken, no java, a server that did not start): the
+        # message says what and where to look; a traceback would only hide it.
+        print(f"{PROG} {args.command}: error: {e}", file=sys.stderr)
+        return 1
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def _how(was_running: bool, since: float) -> str:
+    return "already running" if was_running else f"started in {time.monotonic() - since:.1f} s"
+
+
+def _hint(name: str, value: str) -> None:
+    if settings.get(name) != value:
+        print(f"  (set {name}={value} for the archive to use it; it is {settings.get(name)!r})")
+
+
+def _print_endpoints(stack: LocalStack) -> None:
+    print(f"Kafka bootstrap servers: {stack.kafka.bootstrap_servers}")
+    print(f"Swift auth URL: {stack.swift.auth_url} (user {stack.swift.user})")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+"""The local stack: one Kafka broker and one Swift all-in-one, under `MATOS_DEVSTACK_DIR`.
+
+    <MATOS_DEVSTACK_DIR>/
+      data/kafka/    the broker's data folder (see kafka.py)
+      data/swift/    Swift's data folder (see swift.py)
+      cache/         downloads: Kafka's jars, Swift's venv (MATOS_DEVSTACK_CACHE moves it)
+
+`local_stack()` builds the two server objects from the settings; starting, stopping and
+status are theirs. `python -m matos_dagster.devstack` is the command line over this.
+"""
+
+from __future__ import annotations
+
+import configparser
+import contextlib
+import fcntl
+from pathlib import Path
+from typing import NamedTuple
+
+from matos_dagster import settings
+from matos_dagster.devstack import process
+from matos_dagster.devstack.kafka import KafkaServer
+from matos_dagster.devstack.swift import BACKENDS, SwiftServer
+
+KAFKA_PORT_SETTING = "MATOS_DEVSTACK_KAFKA_PORT"
+SWIFT_PORT_SETTING = "MATOS_DEVSTACK_SWIFT_PORT"
+
+
+class StackError(Exception):
+    """An expected failure, told to the user in one line (no traceback)."""
+
+
+class LocalStack(NamedTuple):
+    kafka: KafkaServer
+    swift: SwiftServer
+
+
+def devstack_dir() -> Path:
+    return Path(settings.get("MATOS_DEVSTACK_DIR")).expanduser().absolute()
+
+
+def cache_dir() -> Path:
+    cache = settings.get("MATOS_DEVSTACK_CACHE")
+    return Path(cache).expanduser().absolute() if cache else devstack_dir() / "cache"
+
+
+def local_stack() -> LocalStack:
+    """The Kafka broker and the Swift all-in-one of this project's local stack (not started)."""
+    root, cache = devstack_dir(), cache_dir()
+    kafka = KafkaServer(root / "data" / "kafka", cache, port=_port(KAFKA_PORT_SETTING))
+    swift = SwiftServer(root / "data" / "swift", cache, proxy_port=_port(SWIFT_PORT_SETTING))
+    if not kafka.controller_port:
+        # First start: pick the controller's port now, away from the ports the settings
+        # name (free_port alone could hand out the Swift proxy's before Swift listens).
+        taken = {kafka.port, swift.proxy_port, *(p for p in swift.ports().values() if p)}
+        while not kafka.controller_port or kafka.controller_port in taken:
+            kafka.controller_port = process.free_port()
+    return LocalStack(kafka, swift)
+
+
+def check_ports(stack: LocalStack) -> None:
+    """Raise StackError, naming the setting to change, if a port the stack needs is not free."""
+    kafka, swift = stack
+    if kafka.port == swift.proxy_port:
+        raise StackError(
+            f"{KAFKA_PORT_SETTING} and {SWIFT_PORT_SETTING} are both {kafka.port}; set one of them to another port")
+    # Ports picked on a first start and saved in the data folders.
+    internal = {p: f"the local Swift's {b} server" for b, p in swift.ports().items() if b in BACKENDS and p}
+    if kafka.controller_port:
+        internal[kafka.controller_port] = "the local Kafka's controller"
+    for port, setting in ((kafka.port, KAFKA_PORT_SETTING), (swift.proxy_port, SWIFT_PORT_SETTING)):
+        if port in internal:
+            raise StackError(f"port {port} is used by {internal[port]}; set {setting} to another port")
+
+    running = running_ports(stack)
+    for what, port, setting, actual in (
+        ("Kafka", kafka.port, KAFKA_PORT_SETTING, running["kafka"]),
+        ("the Swift proxy", swift.proxy_port, SWIFT_PORT_SETTING, running["swift"]),
+    ):
+        if actual is not None and actual != port:
+            raise StackError(
+                f"{what} already runs on port {actual}, but {setting} is {port}; "
+                "run `python -m matos_dagster.devstack down` first")
+        if actual is None and process.port_open(port):
+            raise StackError(
+                f"port {port} for {what} is already taken by another program; "
+                f"stop it, or set {setting} to a free port")
+
+
+def running_ports(stack: LocalStack) -> dict[str, int | None]:
+    """The ports the running Kafka broker and Swift proxy were started on (None: not running)."""
+    kafka, swift = stack
+    kafka_port = swift_port = None
+    if kafka.running():
+        # Saved in its data folder at start; a server object without a port reads it.
+        kafka_port = KafkaServer(kafka.data_dir, kafka.cache_dir).port
+    if swift.status()["servers"]["proxy"]["running"]:
+        conf = configparser.ConfigParser(interpolation=None)
+        conf.read(swift.conf_files["proxy"])
+        swift_port = conf.getint("DEFAULT", "bind_port", fallback=None)
+    return {"kafka": kafka_port, "swift": swift_port}
+
+
+@contextlib.contextmanager
+def locked():
+    """Serialise `up` and `down` of the same devstack folder."""
+    root = devstack_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".stack.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _port(name: str) -> int:
+    value = settings.get(name)
+    try:
+        port = int(value)
+    except ValueError:
+        port = 0
+    if not 0 < port < 65536:
+        raise StackError(f"{name} must be a TCP port number (1-65535), not {value!r}")
+    return port
+
+
+class Server(NamedTuple):
+    """One process of the stack, as `status` shows it."""
+
+    name: str
+    pid: int | None  # None: not running
+    port: int | None
+    log_file: Path
+
+
+def servers(stack: LocalStack) -> list[Server]:
+    """Kafka and the four Swift servers: PID if running, port (the one it runs on), log file."""
+    kafka, swift = stack
+    actual = running_ports(stack)
+    rows = [Server("kafka", kafka.status()["pid"], actual["kafka"] or kafka.port, kafka.log_file)]
+    for name, entry in swift.status()["servers"].items():
+        port = (actual["swift"] or entry["port"]) if name == "proxy" else entry["port"]
+        rows.append(Server(f"swift {name}", entry["pid"], port, Path(entry["log_file"])))
+    return rows
