@@ -94,9 +94,26 @@ def test_a_malformed_key_is_refused_by_the_cli_showing_the_form(project):
     topic, env, tmp = project
     p = dagster(env, tmp, "asset", "materialize", "-m", "matos_dagster.definitions",
                 "--select", "archive_" + topic.replace("-", "_"), "--partition", "not-a-key", ok=False)
-    assert p.returncode != 0
+    assert p.returncode != 0 and "not-a-key" in p.stdout + p.stderr
 
 
 def test_the_definitions_load(project):
     _, env, tmp = project
     dagster(env, PROJECT_ROOT, "definitions", "validate", "-w", "workspace.yaml")
+
+
+def test_the_headless_demo_loads_archives_and_says_where(project, kafka):
+    _, env, tmp = project
+    (tmp / "topics.yaml").write_text("topics:\n  - name: demo\n")
+    p = subprocess.run([sys.executable, "-m", "matos_dagster.devstack", "demo"], env=env, cwd=tmp,
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    archived = [line for line in p.stdout.splitlines() if line.startswith("archived demo:p0000")]
+    assert len(archived) == 4, p.stdout
+    assert all(f"/{env['MATOS_SWIFT_CONTAINER']}/kafka/topic=demo/partition=" in line for line in archived)
+    assert p.stdout.count("monitor: OK") == 4
+    swift = SwiftResource(auth_url=env["MATOS_SWIFT_AUTH_URL"], user="test:tester", key="testing",
+                          container=env["MATOS_SWIFT_CONTAINER"])
+    with swift.store() as store:
+        committed = check_archive(kafka, store, "demo", "matos-archiver")
+    assert committed == {p: h for p, (_, h) in kafka.watermarks("demo", list(range(4))).items()}

@@ -109,10 +109,32 @@ class Command(NamedTuple):
     add_arguments: Callable[[argparse.ArgumentParser], None] | None = None
 
 
+def demo_data(args: argparse.Namespace) -> int:
+    from dagster import DagsterInstance
+
+    from matos_dagster.demo import load_demo_data
+
+    with DagsterInstance.get() as instance:
+        load_demo_data(instance)
+    return 0
+
+
+def demo(args: argparse.Namespace) -> int:
+    from dagster import DagsterInstance
+
+    from matos_dagster.demo import run_demo
+
+    with DagsterInstance.get() as instance:
+        run_demo(instance)
+    return 0
+
+
 COMMANDS: dict[str, Command] = {
     "up": Command(up, "install what is missing, start Kafka and Swift, wait until both answer"),
     "down": Command(down, "stop Kafka and Swift (by the PIDs recorded when they started)"),
     "status": Command(status, "show PIDs, ports and log files; exit 0 if all run, 1 otherwise"),
+    "demo-data": Command(demo_data, "produce demo records to the `demo` topic (needs the stack up)"),
+    "demo": Command(demo, "load demo records, archive everything pending, print where it is in Swift"),
 }
 
 

@@ -1,0 +1,70 @@
+"""Demo records for `make run`, and `make demo`: load, archive everything pending, headlessly.
+
+Both run against the settings in the environment (by default the local stack) and record
+their runs in the Dagster instance of $DAGSTER_HOME, so they show in the UI afterwards.
+"""
+
+from __future__ import annotations
+
+from dagster import DagsterInstance, materialize
+
+from matos_dagster import definitions
+from matos_dagster.assets.archive import archive_asset
+from matos_dagster.assets.monitor import CHECK_NAME, monitor_check
+from matos_dagster.jobs.load import load
+
+DEMO_TOPIC = "demo"
+DEMO_PARTITIONS = 4
+DEMO_RECORDS = 20_000
+
+
+def demo_topic():
+    for t in definitions.TOPICS:
+        if t.name == DEMO_TOPIC:
+            return t
+    raise ValueError(f"the topics file has no topic {DEMO_TOPIC!r}; the demo archives that one")
+
+
+def load_demo_data(instance: DagsterInstance, count: int = DEMO_RECORDS) -> None:
+    """Produce `count` demo records to the `demo` topic (made with 4 partitions if missing)."""
+    demo_topic()
+    config = {
+        "topic": DEMO_TOPIC,
+        "count": count,
+        "value_bytes": 256,
+        "key_pattern": "sensor-{i}",
+        "headers": {"source": "matos-demo"},
+        "create_partitions": DEMO_PARTITIONS,
+    }
+    result = load.execute_in_process(
+        run_config={"ops": {"produce": {"config": config}}},
+        resources={"kafka": definitions.RESOURCES["kafka"]},
+        instance=instance,
+    )
+    print(f"loaded {count} records into topic {DEMO_TOPIC!r} (run {result.run_id})")
+
+
+def run_demo(instance: DagsterInstance) -> None:
+    """Load demo records, cut everything pending into ranges, archive each, print where it went."""
+    topic = demo_topic()
+    load_demo_data(instance)
+    add = definitions.defs.resolve_job_def("add_ranges").execute_in_process(
+        run_config={"ops": {"add_range_keys": {"config": {"topic": topic.name}}}},
+        resources={"kafka": definitions.RESOURCES["kafka"]},
+        instance=instance,
+    )
+    keys = add.output_for_node("add_range_keys")
+    asset, check = archive_asset(topic), monitor_check(topic)
+    for key in keys:
+        result = materialize([asset, check], partition_key=key, instance=instance, resources=definitions.RESOURCES)
+        (mat,) = result.asset_materializations_for_node(asset.op.name)
+        meta = mat.metadata
+        print(
+            f"archived {key}: {meta['records'].value} records, {meta['objects'].value} object(s), "
+            f"{meta['records_per_s'].value:.0f} records/s -> {meta['swift_location'].value}"
+        )
+        for evaluation in result.get_asset_check_evaluations():
+            if evaluation.check_name == CHECK_NAME:
+                print(f"  monitor: {evaluation.metadata['status'].value}")
+    if not keys:
+        print("nothing pending: every record of the demo topic is archived already")
