@@ -20,7 +20,7 @@ from matos_dagster.sensors.lag import lag_sensor
 
 settings.apply_defaults()
 
-TOPICS = topics.load(os.environ["MATOS_TOPICS_FILE"])
+TOPICS = topics.load(os.environ["MATOS_TOPICS_FILE"], default_group=os.environ["MATOS_KAFKA_GROUP"])
 
 RESOURCES = {
     "kafka": KafkaResource(

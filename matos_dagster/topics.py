@@ -63,7 +63,7 @@ _BATCH_KEYS = {"records": "batch_records", "bytes": "batch_bytes", "age_s": "bat
                "max_range_records": "max_range_records"}
 
 
-def load(path: str | Path) -> list[TopicConfig]:
+def load(path: str | Path, default_group: str | None = None) -> list[TopicConfig]:
     path = Path(path)
     try:
         text = path.read_text()
@@ -76,18 +76,20 @@ def load(path: str | Path) -> list[TopicConfig]:
     except yaml.YAMLError as e:
         raise TopicsFileError(f"{path} is not valid YAML: {e}") from None
     try:
-        return parse(doc)
+        return parse(doc, default_group)
     except TopicsFileError as e:
         raise TopicsFileError(f"{path}: {e}") from None
 
 
-def parse(doc: Any) -> list[TopicConfig]:
+def parse(doc: Any, default_group: str | None = None) -> list[TopicConfig]:
     if not isinstance(doc, dict) or not isinstance(doc.get("topics"), list) or not doc["topics"]:
         raise TopicsFileError("expected a mapping with a non-empty list `topics:` of {name: ...} entries")
     unknown = set(doc) - {"defaults", "topics"}
     if unknown:
         raise TopicsFileError(f"unknown top-level keys {sorted(unknown)}; allowed: defaults, topics")
     defaults = _flatten(doc.get("defaults") or {}, "defaults")
+    if default_group:
+        defaults.setdefault("group", default_group)
     defaults.pop("name", None)
     out: list[TopicConfig] = []
     seen: dict[str, str] = {}
