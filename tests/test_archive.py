@@ -244,3 +244,23 @@ def test_the_offset_is_committed_only_to_the_end_of_the_contiguous_archived_pref
         first = archive_range(OffsetRange(topic, 0, 0, 10), cfg, kafka, store, spark)
         assert first.committed_after == 20  # both ranges now form one prefix
         check_archive(kafka, store, topic, cfg.group)
+
+
+def test_two_runs_of_the_same_range_at_once_cannot_corrupt_the_archive(kafka, swift, spark, new_topic):
+    from concurrent.futures import ThreadPoolExecutor
+
+    topic = new_topic()
+    produce(kafka, topic, awkward_rows(600, 1))
+    cfg = config(topic, slice_records=100)
+    r = OffsetRange(topic, 0, 0, 600)
+
+    def run():
+        with swift.store() as store:
+            return archive_range(r, cfg, kafka, store, spark)
+
+    with ThreadPoolExecutor(2) as pool:
+        a, b = [f.result() for f in [pool.submit(run), pool.submit(run)]]
+    assert a.manifest == b.manifest
+    with swift.store() as store:
+        assert read_archive(store, a.manifest) == read_kafka(kafka, topic, 0)
+        assert check_archive(kafka, store, topic, cfg.group) == {0: 600}
