@@ -214,12 +214,22 @@ class SwiftServer:
         cache_dir: Path,
         proxy_port: int = 8080,
         extra_proxy_conf: dict | None = None,
+        users: dict[str, str] | None = None,
     ):
         self.data_dir = Path(data_dir).absolute()
         self.cache_dir = Path(cache_dir).absolute()
         self.proxy_port = int(proxy_port)
         # Extra options for the proxy conf's [DEFAULT] section (TLS: cert_file, key_file).
         self.extra_proxy_conf = dict(extra_proxy_conf or {})
+        # More tempauth users, `account:user` -> key, each an admin of AUTH_<account>
+        # (test:tester is always there).
+        self.users = dict(users or {})
+        for name, key in self.users.items():
+            account, sep, user = name.partition(":")
+            if not sep or not account or not user or ":" in user or any(c.isspace() for c in name):
+                raise ValueError(f"swift user {name!r} is not `account:user`")
+            if not key or any(c.isspace() for c in key):
+                raise ValueError(f"the key of swift user {name!r} must be non-empty, without spaces")
         self.venv = self.cache_dir / f"swift-{SWIFT_VERSION}-venv"
         self.etc = self.data_dir / "etc"
         self.pylib = self.etc / "pylib"
@@ -450,6 +460,7 @@ class SwiftServer:
                 "use": "egg:swift#tempauth",
                 # user_<account>_<user> = <key> <groups>: test:tester, admin of AUTH_test.
                 "user_test_tester": f"{self.key} .admin",
+                **{f"user_{n.replace(':', '_', 1)}": f"{k} .admin" for n, k in self.users.items()},
                 "token_life": "86400",
                 "fernet_key_k1": state["fernet_key"],
                 "active_fernet_key_id": "k1",
