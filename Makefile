@@ -4,7 +4,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-export DAGSTER_HOME := $(CURDIR)/.devstack/dagster
+export MATOS_DEVSTACK_DIR ?= $(CURDIR)/.devstack
+export DAGSTER_HOME := $(MATOS_DEVSTACK_DIR)/dagster
+DAGSTER_PORT ?= 3000
 PYTEST_TIMEOUT ?= 1200
 
 .PHONY: install run up down status demo test test-all bench clean
@@ -35,7 +37,7 @@ status:
 # `make down` stops Kafka and Swift).
 run: up $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/python -m matos_dagster.devstack demo-data
-	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(DAGSTER_PORT)
 
 demo: up $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/python -m matos_dagster.devstack demo

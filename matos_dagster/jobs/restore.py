@@ -1,0 +1,119 @@
+"""The restore job: archived records back into a Kafka topic, exactly once.
+
+    dagster job execute -m matos_dagster.definitions -j restore -c restore.yaml
+
+with, for example,
+
+    ops: {restore_records: {config: {topic: demo, partition: 0, start: 0, end: 5000,
+                                     target_topic: demo-restored, dry_run: true}}}
+
+Select by `partition` + `[start, end)`, or by archive partition `keys`, and/or by a time
+window `[since_ms, until_ms)`. The exactly-once design (one transaction per object with a
+progress marker in the consumer group `matos-restore-<target>`) is in `matos_dagster/restore.py`.
+"""
+
+from typing import Optional
+
+from dagster import Config, MetadataValue, OpExecutionContext, Output, job, op
+from pydantic import Field
+
+from matos_dagster import layout
+from matos_dagster.resources import KafkaResource, SparkResource, SwiftResource
+from matos_dagster.restore import Report, Request, restore as run_restore
+from matos_dagster.topics import TopicConfig
+
+
+class RestoreConfig(Config):
+    topic: str = Field(description="Source topic, as archived.")
+    partition: int = Field(default=-1, description="Source partition; -1: every archived partition.")
+    start: int = Field(default=-1, description="First source offset; -1: from the first archived.")
+    end: int = Field(default=-1, description="End source offset, exclusive; -1: to the last archived.")
+    keys: list[str] = Field(
+        default=[], description="Archive partition keys (`<topic>:p<partition>:<start>-<end>`) instead of "
+        "partition/start/end.",
+    )
+    since_ms: int = Field(default=-1, description="Only records stamped at or after this (Kafka ms); -1: no bound.")
+    until_ms: int = Field(default=-1, description="Only records stamped before this (Kafka ms); -1: no bound.")
+    target_topic: str = Field(default="", description="Topic to restore into; empty: the source topic. "
+                              "Created if missing, with partitions up to the highest source partition restored.")
+    keep_partition: bool = Field(
+        default=True, description="Restore each record into its source partition number; false: let the "
+        "target's partitioner place it by key (murmur2, as Java producers do).",
+    )
+    dry_run: bool = Field(default=False, description="Report the ranges and records that would be restored; "
+                          "produce nothing.")
+    group: str = Field(default="", description="Consumer group of the progress marker; empty: "
+                       "matos-restore-<target>. Use a new one to restore the same records again on purpose.")
+    prefix: Optional[str] = Field(
+        default=None, description="Prefix between MATOS_SWIFT_PREFIX and topic=<topic>/; unset: the topic's "
+        "prefix in the topics file (empty if it is not there).",
+    )
+
+
+def _opt(v: int) -> int | None:
+    return None if v == -1 else v
+
+
+def restore_job(topics: list[TopicConfig] = ()):
+    prefixes = {t.name: t.prefix for t in topics}
+
+    @op(name="restore_records", description="Restore archived records into a Kafka topic, exactly once.")
+    def _restore(
+        context: OpExecutionContext,
+        config: RestoreConfig,
+        kafka: KafkaResource,
+        swift: SwiftResource,
+        spark: SparkResource,
+    ) -> Output[int]:
+        topic_prefix = config.prefix if config.prefix is not None else prefixes.get(config.topic, "")
+        with swift.store() as store:
+            req = Request(
+                topic=config.topic,
+                prefix=layout.join(store.params.prefix, topic_prefix),
+                partitions=None if config.partition == -1 else (config.partition,),
+                start=_opt(config.start),
+                end=_opt(config.end),
+                keys=tuple(config.keys),
+                since_ms=_opt(config.since_ms),
+                until_ms=_opt(config.until_ms),
+                target=config.target_topic,
+                keep_partition=config.keep_partition,
+                dry_run=config.dry_run,
+                group=config.group,
+            )
+            report = run_restore(req, kafka, store, spark.spark_session, say=context.log.info)
+        return Output(report.records, metadata=metadata(report))
+
+    @job(name="restore", description="Restore archived records from Swift into a Kafka topic, exactly once.")
+    def _job():
+        _restore()
+
+    return _job
+
+
+def metadata(report: Report) -> dict:
+    meta = {
+        "dry_run": MetadataValue.bool(report.dry_run),
+        "source_topic": MetadataValue.text(report.topic),
+        "target_topic": MetadataValue.text(report.target),
+        "marker_group": MetadataValue.text(report.group),
+        "records": MetadataValue.int(report.records),
+        "ranges": MetadataValue.int(len(report.units)),
+        "ranges_already_restored": MetadataValue.int(report.skipped),
+        "transactions": MetadataValue.int(sum(u["transactions"] for u in report.units)),
+        "duration_s": MetadataValue.float(round(report.duration_s, 3)),
+        **{f"records_p{p}": MetadataValue.int(n) for p, n in sorted(report.records_by_partition().items())},
+    }
+    if report.created_target is not None:
+        meta["created_target_partitions"] = MetadataValue.int(report.created_target)
+    rows = [
+        f"| {u['partition']} | {u['start']} | {u['end']} | {u['records']} | "
+        f"{'already restored' if u['skipped'] else ('resumed at %d' % u['resumed_from'] if u['resumed_from'] is not None else '')} |"
+        for u in report.units[:500]
+    ]
+    more = f"\n\n({len(report.units) - 500} more)" if len(report.units) > 500 else ""
+    meta["ranges_table"] = MetadataValue.md(
+        "| partition | start | end | records | note |\n| --- | --- | --- | --- | --- |\n" + "\n".join(rows) + more
+    )
+    return meta
+

@@ -1,0 +1,490 @@
+"""Restoring archived records into a Kafka topic, exactly once, by Spark tasks.
+
+The driver reads listings and manifests only; it plans one *unit* per archived range (the
+part of it the selection wants) and runs the units as Spark tasks. Each task fetches its
+range's objects from Swift itself and produces the records with its own idempotent,
+transactional producer, keeping key, value, headers and timestamp (as CreateTime).
+
+The progress marker. Each restore has a consumer group, `matos-restore-<target>` unless
+named otherwise. Its committed offset for a SOURCE topic-partition is the next source
+offset still to restore: every record below it is in the target. Records and marker move
+together, in one Kafka transaction per archived object:
+
+    begin_transaction
+    produce the object's selected records
+    send_offsets_to_transaction({source TP: next offset after the object}, group)
+    commit_transaction
+
+so a transaction is either committed with its marker or invisible (aborted) to
+`read_committed` readers. A task first calls `init_transactions` with a transactional id
+fixed by the restore and the source partition, which fences any earlier attempt (a crashed
+run, a Spark retry, a zombie executor) and aborts its open transaction; only then does it
+read the marker and skip what it covers. Kafka keeps the marker, so an interrupted restore
+run again resumes where its last committed transaction ended: nothing lost, nothing twice.
+
+Ranges of one source partition are restored in offset order (in *waves*: the i-th unit of
+every partition runs in the i-th Spark job), so the marker only moves forward and records
+keep their order in the target partition. Kafka accepts committed offsets only for
+topic-partitions that exist, so the source topic must exist with the partitions restored
+(it may be empty, or be the target itself). The marker belongs to the restore: restoring
+the same offsets into the same target again needs another group (or the group deleted).
+
+No Dagster imports: the `restore` job is a thin shell around `restore`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from matos_dagster import reader
+from matos_dagster.ranges import OffsetRange, parse_key
+from matos_dagster.reader import Window
+from matos_dagster.store import Store, SwiftParams
+
+log = logging.getLogger(__name__)
+
+
+class RestoreRefused(ValueError):
+    """The restore cannot run as asked; nothing was produced."""
+
+
+class Kafka(Protocol):  # what restoring asks of the Kafka resource
+    timeout_s: int
+
+    def client_config(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class Request:
+    """What to restore where. Offsets are half-open; times are Kafka milliseconds."""
+
+    topic: str
+    prefix: str  # in front of `topic=<topic>/`: MATOS_SWIFT_PREFIX joined with the topic's prefix
+    partitions: tuple[int, ...] | None = None  # None: every archived partition
+    start: int | None = None
+    end: int | None = None
+    keys: tuple[str, ...] = ()  # archive partition keys; instead of partitions/start/end
+    since_ms: int | None = None
+    until_ms: int | None = None
+    target: str = ""  # empty: the source topic
+    keep_partition: bool = True  # else the target's partitioner, by key (murmur2, as Java's)
+    dry_run: bool = False
+    group: str = ""  # the marker's consumer group; empty: matos-restore-<target>
+
+    @property
+    def target_topic(self) -> str:
+        return self.target or self.topic
+
+    @property
+    def marker_group(self) -> str:
+        return self.group or f"matos-restore-{self.target_topic}"
+
+    def windows(self, store: Store) -> list[Window]:
+        if self.keys and (self.partitions is not None or self.start is not None or self.end is not None):
+            raise RestoreRefused("select by archive partition keys or by partition and offsets, not both")
+        if self.start is not None and self.end is not None and self.end <= self.start:
+            raise RestoreRefused(f"an offset window needs start < end, got [{self.start}, {self.end})")
+        if self.since_ms is not None and self.until_ms is not None and self.until_ms <= self.since_ms:
+            raise RestoreRefused(f"a time window needs since_ms < until_ms, got [{self.since_ms}, {self.until_ms})")
+        if not self.keys:
+            return reader.windows_for(
+                store, self.prefix, self.topic, self.partitions, self.start, self.end, self.since_ms, self.until_ms
+            )
+        spans: dict[int, list[tuple[int, int]]] = {}
+        for key in self.keys:
+            r = parse_key(key)
+            if r.topic != self.topic:
+                raise RestoreRefused(f"key {key} is of topic {r.topic!r}, not of {self.topic!r}")
+            spans.setdefault(r.partition, []).append((r.start, r.end))
+        out = []
+        for p, ss in sorted(spans.items()):
+            for lo, hi in _merge(ss):  # overlapping keys must not restore an offset twice
+                out.append(Window(p, lo, hi, self.since_ms, self.until_ms))
+        return out
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A drill: crash the task of `partition`'s unit starting at `start` (as a killed process
+    would: no abort, no clean-up) after producing its `after`-th transaction's records and
+    marker, before the commit. For tests; the job never sets it."""
+
+    partition: int
+    start: int
+    after: int = 1
+    how: str = "exit"  # "exit": os._exit, as a kill; "raise": an exception
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One Spark task: offsets `[lo, hi)` of one archived range, into the target."""
+
+    source: OffsetRange  # the archived range
+    lo: int
+    hi: int
+    window: Window
+    format: str
+    objects: tuple[dict, ...]  # the manifest entries of the objects to read, in offset order
+    target: str
+    keep_partition: bool
+    group: str
+    transactional_id: str
+    kafka_conf: dict[str, Any] = field(repr=False)  # secrets included: never log
+    swift: SwiftParams
+    dry_run: bool
+    timeout_s: float
+    fault: Fault | None = None
+
+    @property
+    def partition(self) -> int:
+        return self.source.partition
+
+    def __str__(self) -> str:
+        return f"{self.source.topic}/{self.partition}[{self.lo}, {self.hi})"
+
+
+@dataclass
+class Report:
+    topic: str
+    target: str
+    group: str
+    dry_run: bool
+    units: list[dict] = field(default_factory=list)  # one result per unit, in wave order
+    created_target: int | None = None  # partitions of the target topic created (or to be)
+    duration_s: float = 0.0
+
+    @property
+    def records(self) -> int:
+        return sum(u["records"] for u in self.units)
+
+    @property
+    def skipped(self) -> int:
+        return sum(1 for u in self.units if u["skipped"])
+
+    def records_by_partition(self) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for u in self.units:
+            out[u["partition"]] = out.get(u["partition"], 0) + u["records"]
+        return out
+
+
+def plan(req: Request, store: Store, kafka_conf: dict[str, Any], timeout_s: float, fault: Fault | None = None) -> list[Unit]:
+    """The units of the restore, sorted by source partition and offset. Reads manifests only."""
+    windows = req.windows(store)
+    by_partition: dict[int, list[Window]] = {}
+    for w in windows:
+        by_partition.setdefault(w.partition, []).append(w)
+    units = []
+    for doc in reader.find_manifests(store, req.prefix, req.topic, windows):
+        r = OffsetRange(req.topic, doc["partition"], doc["start"], doc["end"])
+        for w in by_partition[r.partition]:
+            if not w.overlaps_offsets(r.start, r.end):
+                continue
+            lo, hi = w.clip(r.start, r.end)
+            objects = reader.needed_objects(doc, w)
+            if not objects:  # holes only, or nothing in the time window
+                continue
+            units.append(
+                Unit(
+                    source=r,
+                    lo=lo,
+                    hi=hi,
+                    window=w,
+                    format=doc["format"],
+                    objects=tuple(objects),
+                    target=req.target_topic,
+                    keep_partition=req.keep_partition,
+                    group=req.marker_group,
+                    # Fixed by the restore and the source partition: a rerun fences the last one.
+                    transactional_id=f"{req.marker_group}:{req.topic}:{r.partition}",
+                    kafka_conf=kafka_conf,
+                    swift=store.params,
+                    dry_run=req.dry_run,
+                    timeout_s=timeout_s,
+                    fault=fault,
+                )
+            )
+    return sorted(units, key=lambda u: (u.partition, u.lo))
+
+
+def waves(units: list[Unit]) -> list[list[Unit]]:
+    """The i-th unit of every source partition in the i-th wave: partitions in parallel,
+    each partition's ranges in order."""
+    by_partition: dict[int, list[Unit]] = {}
+    for u in units:
+        by_partition.setdefault(u.partition, []).append(u)
+    depth = max((len(v) for v in by_partition.values()), default=0)
+    return [[v[i] for _, v in sorted(by_partition.items()) if i < len(v)] for i in range(depth)]
+
+
+def restore(
+    req: Request,
+    kafka: Kafka,
+    store: Store,
+    spark: Any,
+    say: Callable[[str], None] = log.info,
+    fault: Fault | None = None,
+) -> Report:
+    t0 = time.monotonic()
+    conf = kafka.client_config()
+    report = Report(req.topic, req.target_topic, req.marker_group, req.dry_run)
+    units = plan(req, store, conf, kafka.timeout_s, fault)
+    mode = "dry run: " if req.dry_run else ""
+    if not units:
+        say(f"{mode}no archived record of {req.topic} matches the selection (under {req.prefix!r}/topic={req.topic}/)")
+        report.duration_s = time.monotonic() - t0
+        return report
+    sources = sorted({u.partition for u in units})
+    report.created_target = _check_topics(req, conf, kafka.timeout_s, sources, say)
+    # read_uncommitted: a transaction left open by a crashed run must not keep this waiting;
+    # the tasks fence it before they read the marker they act on.
+    admin_consumer = Consumer({**conf, "group.id": req.marker_group, "enable.auto.commit": False,
+                               "isolation.level": "read_uncommitted"})
+    try:
+        markers = _committed(admin_consumer, req.topic, sources, kafka.timeout_s)
+    finally:
+        admin_consumer.close()
+    say(
+        f"{mode}restoring {len(units)} range(s) of {req.topic} partitions {sources} into {req.target_topic} "
+        f"({'same partitions' if req.keep_partition else 'partitioned by key'}); progress marker: group "
+        f"{req.marker_group}, committed {_show(markers)}"
+    )
+    sc = spark.sparkContext
+    plan_waves = waves(units)
+    done = 0
+    for i, wave in enumerate(plan_waves, 1):
+        sc.setJobDescription(f"restore {req.topic} -> {req.target_topic}: wave {i}/{len(plan_waves)}")
+        results = sc.parallelize(wave, len(wave)).map(restore_unit).collect()
+        for res in results:
+            done += 1
+            report.units.append(res)
+            say(f"{mode}[{done}/{len(units)}] {_describe(res, req.dry_run)}")
+        say(f"{mode}wave {i}/{len(plan_waves)} done: {report.records} record(s) so far")
+    report.duration_s = time.monotonic() - t0
+    verb = "would restore" if req.dry_run else "restored"
+    say(
+        f"{mode}{verb} {report.records} record(s) from {len(units)} range(s) ({report.skipped} already restored) "
+        f"of {req.topic} into {req.target_topic} in {report.duration_s:.1f}s"
+    )
+    return report
+
+
+# -- the Spark task ----------------------------------------------------------------------
+
+
+def restore_unit(unit: Unit) -> dict:
+    """Runs on an executor: restore (or, in a dry run, count) the unit's records; see the module doc."""
+    result = {
+        "range": str(unit.source), "partition": unit.partition, "start": unit.lo, "end": unit.hi,
+        "records": 0, "transactions": 0, "objects": 0, "skipped": False, "resumed_from": None, "marker": None,
+    }
+    # A dry run fences nothing, so it must not wait for a transaction a crashed run left open
+    # (read_committed asks the broker for stable offsets only).
+    isolation = "read_uncommitted" if unit.dry_run else "read_committed"
+    consumer = Consumer({**unit.kafka_conf, "group.id": unit.group, "enable.auto.commit": False,
+                         "isolation.level": isolation})
+    producer = None
+    store = None
+    try:
+        if not unit.dry_run:
+            producer = Producer({
+                **unit.kafka_conf,
+                "transactional.id": unit.transactional_id,
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 20,
+                # Java's default partitioner, so keys land where a Java producer puts them.
+                "partitioner": "murmur2_random",
+                # A crashed run's open transaction holds back read_committed readers of the target
+                # partition until this passes (or a rerun fences it): short, yet room for one object.
+                "transaction.timeout.ms": 120_000,
+            })
+            # Fences earlier attempts of this source partition and aborts their open transaction,
+            # so the marker read next is the last committed one.
+            producer.init_transactions(unit.timeout_s * 3)
+        marker = _committed(consumer, unit.source.topic, [unit.partition], unit.timeout_s)[unit.partition]
+        result["marker"] = marker
+        lo = unit.lo if marker is None else max(unit.lo, marker)
+        if lo >= unit.hi:
+            result["skipped"] = True
+            return result
+        if lo > unit.lo:
+            result["resumed_from"] = lo
+        objects = [o for o in unit.objects if o["last_offset"] >= lo]
+        time_window = unit.window.since_ms is not None or unit.window.until_ms is not None
+        for i, o in enumerate(objects):
+            # The marker after this object: past its last offset, or the unit's end for the last.
+            after = unit.hi if i == len(objects) - 1 else min(unit.hi, o["last_offset"] + 1)
+            if unit.dry_run and not time_window and o["first_offset"] >= lo and o["last_offset"] < unit.hi:
+                result["records"] += o["records"]  # the manifest's count is exact here
+                result["objects"] += 1
+                continue
+            if store is None:
+                store = Store(unit.swift)
+            table = reader.filter_rows(reader.read_object(store, o["name"], unit.format), unit.window, lo, unit.hi)
+            result["objects"] += 1
+            if unit.dry_run or table.num_rows == 0:
+                result["records"] += table.num_rows
+                continue
+            producer.begin_transaction()
+            _produce(producer, unit, table)
+            producer.flush(unit.timeout_s * 4)
+            producer.send_offsets_to_transaction(
+                [TopicPartition(unit.source.topic, unit.partition, after)],
+                consumer.consumer_group_metadata(),
+                unit.timeout_s,
+            )
+            result["transactions"] += 1
+            _maybe_fail(unit, result["transactions"])
+            producer.commit_transaction(unit.timeout_s * 4)
+            result["records"] += table.num_rows
+            result["marker"] = after
+        return result
+    except Exception:
+        if producer is not None:
+            try:  # a crash (kill) gets no abort: the next init_transactions does it instead
+                producer.abort_transaction(unit.timeout_s)
+            except Exception:
+                pass
+        raise
+    finally:
+        consumer.close()
+        if store is not None:
+            store.close()
+
+
+def _produce(producer: Producer, unit: Unit, table: pa.Table) -> None:
+    keys = table["key"].to_pylist()
+    values = table["value"].to_pylist()
+    headers = table["headers"].to_pylist()
+    stamps = pc.cast(table["timestamp"], pa.int64()).to_pylist()
+    failures: list[str] = []
+
+    def delivered(err, msg):
+        if err is not None:
+            failures.append(str(err))
+
+    for key, value, hs, ts in zip(keys, values, headers, stamps):
+        kwargs: dict[str, Any] = {"key": key, "value": value, "on_delivery": delivered}
+        if hs:
+            kwargs["headers"] = [(h["key"], h["value"]) for h in hs]
+        if ts is not None:  # else Kafka stamps it now: the archive knows no time for it
+            kwargs["timestamp"] = ts
+        if unit.keep_partition:
+            kwargs["partition"] = unit.partition
+        while True:
+            try:
+                producer.produce(unit.target, **kwargs)
+                break
+            except BufferError:  # the local queue is full: let deliveries drain it
+                producer.poll(0.1)
+        producer.poll(0)
+    if failures:
+        raise KafkaException(f"{len(failures)} record(s) of {unit} were not delivered; first: {failures[0]}")
+
+
+def _maybe_fail(unit: Unit, transactions: int) -> None:
+    f = unit.fault
+    if f is None or f.partition != unit.partition or f.start != unit.lo or f.after != transactions:
+        return
+    if f.how == "exit":
+        os._exit(17)
+    raise RuntimeError(f"fault drill: {unit} failed before committing transaction {transactions}")
+
+
+# -- the driver's checks -----------------------------------------------------------------
+
+
+def _check_topics(req: Request, conf: dict, timeout_s: float, sources: list[int], say) -> int | None:
+    """Make sure the target can take the records and the marker can be committed.
+
+    Returns the partitions of a target topic created for the restore (dry run: that would be).
+    """
+    admin = AdminClient(conf)
+    need = max(sources) + 1
+    created = None
+    target_parts = _partitions(admin, req.target_topic, timeout_s)
+    if target_parts is None:
+        created = need
+        if req.dry_run:
+            say(f"dry run: would create topic {req.target_topic} with {need} partition(s)")
+        else:
+            fs = admin.create_topics([NewTopic(req.target_topic, num_partitions=need, replication_factor=-1)])
+            try:
+                fs[req.target_topic].result(timeout_s)
+            except KafkaException as e:
+                if e.args[0].name() != "TOPIC_ALREADY_EXISTS":
+                    raise
+            say(f"created topic {req.target_topic} with {need} partition(s) for the restore")
+            target_parts = list(range(need))
+    elif req.keep_partition and need > len(target_parts):
+        raise RestoreRefused(
+            f"target topic {req.target_topic} has {len(target_parts)} partition(s); keeping source partitions "
+            f"needs at least {need}. Add partitions to it, or set keep_partition: false to partition by key."
+        )
+    if req.topic == req.target_topic:
+        source_parts = list(range(need)) if target_parts is None else target_parts  # None: would be created
+    else:
+        source_parts = _partitions(admin, req.topic, timeout_s) or []
+    missing = [p for p in sources if p not in source_parts]
+    if missing:
+        raise RestoreRefused(
+            f"the restore's progress marker is committed on the source topic-partitions ({req.topic} "
+            f"partitions {missing}), and Kafka keeps committed offsets only for topic-partitions that exist. "
+            f"Create topic {req.topic} with at least {need} partition(s) (it may stay empty), or restore into "
+            f"{req.topic} itself."
+        )
+    return created
+
+
+def _partitions(admin: AdminClient, topic: str, timeout_s: float) -> list[int] | None:
+    """The topic's partitions, None if it does not exist."""
+    md = admin.list_topics(topic=topic, timeout=timeout_s)
+    t = md.topics.get(topic)
+    if t is None or t.error is not None or not t.partitions:
+        return None
+    return sorted(t.partitions)
+
+
+def _committed(consumer: Consumer, topic: str, partitions: list[int], timeout_s: float) -> dict[int, int | None]:
+    """The group's committed (stable: no transaction pending) offsets; None where none."""
+    tps = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=timeout_s)
+    out: dict[int, int | None] = {}
+    for tp in tps:
+        if tp.error is not None:
+            raise KafkaException(tp.error)
+        out[tp.partition] = None if tp.offset == OFFSET_INVALID or tp.offset < 0 else tp.offset
+    return out
+
+
+def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(spans):
+        if out and lo <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def _show(markers: dict[int, int | None]) -> str:
+    return ", ".join(f"p{p}={'none' if o is None else o}" for p, o in sorted(markers.items()))
+
+
+def _describe(res: dict, dry_run: bool) -> str:
+    where = f"{res['range']} offsets [{res['start']}, {res['end']})"
+    if res["skipped"]:
+        return f"{where}: already restored (marker at {res['marker']}), skipped"
+    resumed = f", resumed at {res['resumed_from']}" if res["resumed_from"] is not None else ""
+    if dry_run:
+        return f"{where}: {res['records']} record(s) to restore from {res['objects']} object(s){resumed}"
+    return f"{where}: {res['records']} record(s) in {res['transactions']} transaction(s){resumed}"

@@ -1,0 +1,92 @@
+"""`make run` is the whole product on one machine: stack, demo records, UI, automatic archiving."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+from matos_dagster.devstack.process import free_port
+from matos_dagster.resources import KafkaResource
+from matos_dagster.settings import PROJECT_ROOT
+
+CACHE = PROJECT_ROOT / ".devstack" / "cache"
+
+
+def answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def test_make_run_brings_up_everything_and_archives_the_demo_records(tmp_path, output_dir):
+    kport, sport, dport = free_port(), free_port(), free_port()
+    env = {
+        **os.environ,
+        "MATOS_DEVSTACK_DIR": str(tmp_path / "devstack"),
+        "MATOS_DEVSTACK_CACHE": os.environ.get("MATOS_DEVSTACK_CACHE") or str(CACHE),
+        "MATOS_DEVSTACK_KAFKA_PORT": str(kport),
+        "MATOS_DEVSTACK_SWIFT_PORT": str(sport),
+        "MATOS_KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{kport}",
+        "MATOS_SWIFT_AUTH_URL": f"http://127.0.0.1:{sport}/auth/v1.0",
+        "MATOS_SENSOR_INTERVAL_S": "10",
+        "MATOS_SPARK_MASTER": "local[1]",
+    }
+    log = open(output_dir / "make-run.log", "wb")
+    make = subprocess.Popen(["make", "run", f"DAGSTER_PORT={dport}"], cwd=PROJECT_ROOT, env=env,
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    kafka = KafkaResource(bootstrap_servers=f"127.0.0.1:{kport}", timeout_s=5)
+    try:
+        deadline = time.monotonic() + 300
+        while not answers(f"http://127.0.0.1:{dport}/server_info"):
+            assert make.poll() is None, (output_dir / "make-run.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "the UI did not answer within 300 s"
+            time.sleep(2)
+        # The demo records are archived by the sensor, with nobody asking.
+        deadline = time.monotonic() + 300
+        while True:
+            parts = kafka.partitions("demo")
+            ends = {p: h for p, (_, h) in kafka.watermarks("demo", parts).items()}
+            if sum(ends.values()) >= 20_000 and kafka.committed("demo", parts) == ends:
+                break
+            assert time.monotonic() < deadline, f"not archived within 300 s: {kafka.committed('demo', parts)} of {ends}"
+            time.sleep(5)
+    finally:
+        os.killpg(make.pid, signal.SIGTERM)
+        try:
+            make.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(make.pid, signal.SIGKILL)
+            make.wait(30)
+        subprocess.run(["make", "down"], cwd=PROJECT_ROOT, env=env, capture_output=True, timeout=120)
+        log.close()
+    status = subprocess.run(["make", "status"], cwd=PROJECT_ROOT, env=env, capture_output=True, text=True)
+    assert status.returncode != 0, "the stack is still running after make down"
+    assert group_gone(make.pid, 60), f"left behind: {group_members(make.pid)}"
+
+
+def group_members(pgid: int) -> list[str]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            out.append((stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:200])
+    return out
+
+
+def group_gone(pgid: int, timeout: float) -> bool:
+    """Dagster's processes shut down after `make` itself has exited: give them a moment."""
+    deadline = time.monotonic() + timeout
+    while group_members(pgid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(1)
+    return True
