@@ -130,7 +130,8 @@ def monitor_automation(
         minimum_interval_seconds=15,
     )
     def _after_archive(context, asset_event):
-        return RunRequest(run_key=f"after-{asset_event.storage_id}")
+        # One check run per archive run that materialised the asset.
+        return RunRequest(run_key=f"after-{asset_event.run_id}")
 
     return schedule, _after_archive
 

@@ -1,0 +1,326 @@
+"""The product running by itself: `dagster dev` (webserver + daemon) archives a topic alone.
+
+One `dagster dev` for the module, on a free port, with its own DAGSTER_HOME, topics file
+and Swift container, pointed at the session's Kafka and Swift. Records are produced, and
+the lag sensor, the run queue and the archive asset must bring the consumer group to the
+log end with nobody asking; then, with no new records, the sensor must stay quiet; and the
+UI must show the asset, its offset ranges and its monitor check.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import NewTopic
+from dagster import AssetCheckKey, AssetKey, DagsterInstance, DagsterRunStatus, RunsFilter
+from dagster._core.scheduler.instigation import InstigatorType, TickStatus
+
+from browser import dump_dom, ensure_chromium, screenshot
+from helpers import check_archive, manifests, produce, read_archive, read_kafka
+from matos_dagster.devstack.process import free_port
+from matos_dagster.resources import SwiftResource
+from matos_dagster.settings import PROJECT_ROOT
+
+DAGSTER = str(Path(sys.executable).parent / "dagster")
+LOGS = PROJECT_ROOT / "test-output" / "test_daemon"
+PARTITIONS = 3
+RECORDS = 300
+INTERVAL_S = 5
+GROUP = "matos-archiver"
+SENSOR_TAG = "dagster/sensor_name"
+_TERMINAL = {DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
+
+
+@dataclass
+class Dev:
+    proc: subprocess.Popen
+    url: str
+    home: Path
+    log: Path
+    topic: str
+    asset: str
+    container: str
+    instance: DagsterInstance
+
+    @property
+    def lag_sensor(self) -> str:
+        return f"lag_{self.asset}"
+
+    def tail(self, chars: int = 6000) -> str:
+        return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else "(no log)"
+
+    def alive(self) -> None:
+        assert self.proc.poll() is None, f"dagster dev exited {self.proc.returncode}; log {self.log}:\n{self.tail()}"
+
+    def lag_runs(self):
+        return self.instance.get_runs(filters=RunsFilter(tags={SENSOR_TAG: self.lag_sensor}))
+
+    def lag_ticks(self, after: float | None = None):
+        return self.ticks(self.lag_sensor, after)
+
+    def ticks(self, sensor: str, after: float | None = None):
+        states = [s for s in self.instance.all_instigator_state(instigator_type=InstigatorType.SENSOR)
+                  if s.instigator_name == sensor]
+        if not states:
+            return []
+        return self.instance.get_ticks(states[0].instigator_origin_id, states[0].selector_id, after=after)
+
+    def graphql(self, query: str) -> dict:
+        req = urllib.request.Request(f"{self.url}/graphql", data=json.dumps({"query": query}).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            doc = json.loads(r.read())
+        assert not doc.get("errors"), doc["errors"]
+        return doc["data"]
+
+
+@contextlib.contextmanager
+def shows_log(dev: Dev):
+    """On failure, add the tail of dagster dev's log to the error pytest reports."""
+    try:
+        yield
+    except BaseException as e:
+        e.add_note(f"--- tail of {dev.log} ---\n{dev.tail()}")
+        raise
+
+
+def wait_for(what: str, predicate, timeout: float, dev: Dev, every: float = 2.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        dev.alive()
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout:.0f}s")
+        time.sleep(every)
+
+
+def _group_members(pgid: int) -> list[str]:
+    """Live (non-zombie) processes whose process group is `pgid`, as `pid state command`."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:200]
+        except OSError:
+            continue
+        state, _ppid, pgrp = stat[stat.rindex(")") + 2:].split()[:3]
+        if int(pgrp) == pgid and state != "Z":
+            out.append(f"{entry.name} {state} {cmd}")
+    return out
+
+
+def _stop_group(proc: subprocess.Popen, term_timeout: float = 60) -> list[str]:
+    """SIGTERM the process group, SIGKILL what is left after `term_timeout`; the survivors."""
+    pgid = proc.pid
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + term_timeout
+    while time.monotonic() < deadline and (proc.poll() is None or _group_members(pgid)):
+        time.sleep(0.5)
+    if proc.poll() is None or _group_members(pgid):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 15
+    while _group_members(pgid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return _group_members(pgid)
+
+
+@pytest.fixture(scope="module")
+def dev(tmp_path_factory, kafka, kafka_server, swift_server):
+    tmp = tmp_path_factory.mktemp("daemon")
+    topic = f"daemon-{uuid.uuid4().hex[:8]}"
+    admin = kafka.admin()  # must outlive the future, or the request is cancelled
+    futures = admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])
+    futures[topic].result(timeout=30)
+    del admin
+
+    (tmp / "topics.yaml").write_text(
+        f"topics:\n  - name: {topic}\n    group: {GROUP}\n    batch: {{records: 50, age_s: 5}}\n"
+    )
+    (tmp / "workspace.yaml").write_text(
+        "load_from:\n  - python_module:\n      module_name: matos_dagster.definitions\n"
+        "      location_name: matos_dagster\n"
+    )
+    home = tmp / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text((PROJECT_ROOT / "dagster.yaml").read_text())
+    container = f"daemon-{uuid.uuid4().hex[:8]}"
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "DAGSTER_HOME": str(home),
+        "MATOS_TOPICS_FILE": str(tmp / "topics.yaml"),
+        "MATOS_SENSOR_INTERVAL_S": str(INTERVAL_S),
+        "MATOS_KAFKA_BOOTSTRAP_SERVERS": kafka_server.bootstrap_servers,
+        "MATOS_SWIFT_AUTH_URL": swift_server.auth_url,
+        "MATOS_SWIFT_CONTAINER": container,
+        "MATOS_SPARK_MASTER": "local[1]",
+        "MATOS_SPARK_CONF": "spark.ui.enabled=false;spark.sql.shuffle.partitions=1",
+    }
+    # Create the instance's storage before dagster dev starts: its processes and ours must not
+    # race to create the same SQLite schemas.
+    instance = DagsterInstance.from_config(str(home))
+    port = free_port()
+    LOGS.mkdir(parents=True, exist_ok=True)
+    log = LOGS / "dagster-dev.log"
+    with open(log, "w") as out:
+        # Its own session: the whole tree (webserver, daemon, code servers, run workers, JVMs)
+        # is one process group we can signal, and no signal for pytest reaches it by accident.
+        proc = subprocess.Popen(
+            [DAGSTER, "dev", "-w", str(tmp / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(port)],
+            cwd=tmp, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    d = Dev(proc, f"http://127.0.0.1:{port}", home, log, topic, "archive_" + topic.replace("-", "_"),
+            container, instance)
+    try:
+        def answers():
+            try:
+                with urllib.request.urlopen(f"{d.url}/server_info", timeout=2) as r:
+                    return r.status == 200
+            except OSError:
+                return False
+
+        with shows_log(d):
+            wait_for("dagster dev answers /server_info", answers, 120, d, every=1)
+        yield d
+    finally:
+        instance.dispose()
+        left = _stop_group(proc)
+        assert not left, "processes of dagster dev's group survived SIGTERM and SIGKILL:\n" + "\n".join(left)
+
+
+def test_the_daemon_archives_new_records_by_itself(dev, kafka, swift_server):
+    rows = [(f"k{i}".encode(), f"value {i} ".encode() * 4, [("n", str(i).encode())], i % PARTITIONS)
+            for i in range(RECORDS)]
+    produce(kafka, dev.topic, rows)
+    parts = list(range(PARTITIONS))
+    high = {p: h for p, (_, h) in kafka.watermarks(dev.topic, parts).items()}
+    assert sum(high.values()) == RECORDS
+
+    started = time.monotonic()
+    with shows_log(dev):
+        wait_for("group matos-archiver commits the log end of every partition",
+                 lambda: kafka.committed(dev.topic, parts, GROUP) == high, 240, dev)
+        runs = wait_for("the lag sensor's runs finish",
+                        lambda: (rs := dev.lag_runs()) and all(r.status in _TERMINAL for r in rs) and rs,
+                        120, dev)
+    print(f"archived {RECORDS} records in {time.monotonic() - started:.0f}s by {len(runs)} runs")
+
+    # Launched by the lag sensor, not by us, and every one succeeded.
+    assert all(r.status == DagsterRunStatus.SUCCESS for r in runs), [(r.run_id, r.status) for r in runs]
+    assert all(r.tags[SENSOR_TAG] == dev.lag_sensor for r in runs)
+    keys = {r.tags["dagster/partition"] for r in runs}
+    assert {k.split(":")[1] for k in keys} == {f"p{p:05d}" for p in parts}, keys
+    assert keys <= set(dev.instance.get_dynamic_partitions(f"{dev.asset}_ranges"))
+
+    # The archive, checked apart from the product.
+    swift = SwiftResource(auth_url=swift_server.auth_url, user=swift_server.user, key=swift_server.key,
+                          container=dev.container)
+    with swift.store() as store:
+        assert check_archive(kafka, store, dev.topic, GROUP) == high
+        docs = sorted(manifests(store, dev.topic), key=lambda m: (m["partition"], m["start"]))
+        for p in parts:
+            archived = [r for m in docs if m["partition"] == p for r in read_archive(store, m)]
+            assert archived == read_kafka(kafka, dev.topic, p)
+            assert len(archived) == RECORDS // PARTITIONS
+
+
+def test_an_archive_run_is_followed_by_a_monitor_run(dev):
+    """The asset sensor runs the monitor check after the archive asset is materialised."""
+    sensor = f"monitor_{dev.asset}_after_archive"
+
+    def ran_or_failed():
+        failed = [t for t in dev.ticks(sensor) if t.status == TickStatus.FAILURE]
+        assert not failed, f"{sensor}: tick failed: {failed[0].error.message.strip()[-600:]}"
+        runs = dev.instance.get_runs(filters=RunsFilter(tags={SENSOR_TAG: sensor}))
+        return [r for r in runs if r.status in _TERMINAL]
+
+    runs = wait_for(f"{sensor} launches a monitor run", ran_or_failed, 60, dev)
+    assert all(r.status == DagsterRunStatus.SUCCESS and r.job_name == f"monitor_{dev.asset}" for r in runs)
+    key = AssetCheckKey(AssetKey(dev.asset), "monitor")
+    latest = dev.instance.event_log_storage.get_latest_asset_check_execution_by_key([key])[key]
+    evaluation = latest.event.asset_check_evaluation
+    assert evaluation.passed and evaluation.metadata["status"].value == "OK", evaluation.description
+
+
+def _quiet_period(dev: Dev, kafka, *, min_ticks: int, min_seconds: float, timeout: float) -> None:
+    """No new records: the lag sensor keeps ticking, skips every tick, and launches no run."""
+    parts = list(range(PARTITIONS))
+    marks = kafka.watermarks(dev.topic, parts)
+    runs_before = {r.run_id for r in dev.lag_runs()}
+    assert runs_before, "test A archives first: run the module, not this test alone"
+    start = time.time()
+    started = time.monotonic()
+    with shows_log(dev):
+        ticks = wait_for(
+            f"{min_ticks} ticks of {dev.lag_sensor} in at least {min_seconds:.0f}s",
+            lambda: time.monotonic() - started >= min_seconds
+            and len(ts := dev.lag_ticks(after=start)) >= min_ticks and ts,
+            timeout, dev, every=min(5.0, max(1.0, min_seconds / 10)),
+        )
+    elapsed = time.monotonic() - started
+    print(f"{len(ticks)} quiet ticks in {elapsed:.0f}s")
+    assert kafka.watermarks(dev.topic, parts) == marks, "someone produced during the quiet period"
+    assert {r.run_id for r in dev.lag_runs()} == runs_before, "the lag sensor launched a run with no new records"
+    assert all(t.status == TickStatus.SKIPPED for t in ticks), [(t.status, t.tick_data.error) for t in ticks]
+    for t in ticks:
+        assert t.run_ids == [] and t.run_keys == []
+        assert all(f"p{p}: no new records" in t.skip_reason for p in parts), t.skip_reason
+    assert kafka.committed(dev.topic, parts, GROUP) == {p: h for p, (_, h) in marks.items()}
+
+
+def test_with_no_new_records_the_sensor_skips_and_launches_nothing(dev, kafka):
+    """A few quiet ticks stand for "ten quiet minutes" (see the slow test for the real thing)."""
+    _quiet_period(dev, kafka, min_ticks=6, min_seconds=6 * INTERVAL_S, timeout=6 * INTERVAL_S * 4)
+
+
+@pytest.mark.slow
+def test_ten_quiet_minutes_launch_no_archive_run(dev, kafka):
+    _quiet_period(dev, kafka, min_ticks=600 // (INTERVAL_S * 4), min_seconds=600, timeout=900)
+
+
+def test_the_ui_shows_the_asset_its_ranges_and_its_check(dev, output_dir):
+    ensure_chromium()
+    # What "Skip" on the UI's first-visit "Join the Dagster community" dialog does: without it
+    # the dialog covers every screenshot of a fresh instance.
+    assert dev.graphql("mutation { setNuxSeen }")["setNuxSeen"]
+    ranges = sorted(dev.instance.get_dynamic_partitions(f"{dev.asset}_ranges"))
+    assert ranges, "test A archives first: run the module, not this test alone"
+    pages = {
+        "asset": (f"/assets/{dev.asset}", [dev.asset, "Latest materialization", "Latest check results",
+                                            dev.lag_sensor]),
+        "partitions": (f"/assets/{dev.asset}?view=partitions&partition={urllib.parse.quote(ranges[0])}",
+                       [dev.asset, *ranges, f"Materialized ({len(ranges)})"]),
+        "checks": (f"/assets/{dev.asset}?view=checks", [dev.asset, "monitor", "non-blocking", "Latest execution"]),
+    }
+    with shows_log(dev):
+        for name, (path, wanted) in pages.items():
+            url = dev.url + path
+            for budget_ms in (15000, 30000, 60000):
+                dom = dump_dom(url, budget_ms)
+                missing = [w for w in wanted if w not in dom]
+                if not missing:
+                    break
+            (output_dir / f"{name}.html").write_text(dom)
+            assert not missing, f"{url}: the page never showed {missing} (DOM in {output_dir / (name + '.html')})"
+            png = screenshot(url, output_dir / f"{name}.png", budget_ms)
+            print(f"{url}: {png}")
