@@ -14,6 +14,8 @@ shell around `archive_range`.
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
@@ -22,7 +24,7 @@ from matos_dagster import layout, manifest
 from matos_dagster.ranges import OffsetRange, contiguous_end
 from matos_dagster.slice_task import SliceJob, archive_slice
 from matos_dagster.store import Store
-from matos_dagster.topics import TopicConfig
+from matos_dagster.topics import SWIFT_MAX_NAME, TopicConfig
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +74,13 @@ def archive_range(
     if r.topic != topic.name:
         raise RangeRefused(f"range {r} is not of topic {topic.name!r}")
     prefix = layout.join(store.params.prefix, topic.prefix)
+    longest = max(len(layout.object_name(layout.range_dir(prefix, r), r.start, topic.format).encode()),
+                  len(layout.manifest_name(prefix, r).encode()))
+    if longest > SWIFT_MAX_NAME:
+        raise RangeRefused(
+            f"the object names of {r} would be {longest} bytes long, above Swift's limit of {SWIFT_MAX_NAME} "
+            "(max_object_name_length): shorten MATOS_SWIFT_PREFIX or the topic's prefix"
+        )
     kafka.check_partition(r.topic, r.partition)
     low, high = kafka.watermarks(r.topic, [r.partition])[r.partition]
     if r.end > high:
@@ -115,12 +124,21 @@ def archive_range(
     sc = spark.sparkContext
     sc.setJobDescription(f"archive {r}")
     objects = [o for written in sc.parallelize(jobs, len(jobs)).map(archive_slice).collect() for o in written]
+    _fault("after-objects")
 
     doc = manifest.build(r, topic.format, objects)
     store.put_json(name, doc)
+    _fault("after-manifest")
     notes = _remove_strays(store, layout.range_dir(prefix, r), doc)
     after = advance(kafka, store, prefix, topic, r.partition, low)
     return Archived(r, name, doc, False, committed_before, after, time.monotonic() - t0, len(jobs), notes)
+
+
+def _fault(point: str) -> None:
+    # For tests/test_faults.py only: MATOS_FAULT=<point> kills this process right there,
+    # as an OOM kill or a lost machine would, to prove that a retry leaves nothing wrong.
+    if os.environ.get("MATOS_FAULT") == point:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def verify(store: Store, doc: dict) -> None:

@@ -16,6 +16,7 @@ from matos_dagster.assets.monitor import monitor_automation, monitor_check
 from matos_dagster.jobs.load import load
 from matos_dagster.jobs.ranges import add_ranges_job
 from matos_dagster.jobs.restore import restore_job
+from matos_dagster.jobs.verify import verify_job
 from matos_dagster.resources import KafkaResource, SparkResource, SwiftResource
 from matos_dagster.sensors.lag import lag_sensor
 
@@ -61,7 +62,7 @@ SENSOR_INTERVAL_S = int(os.environ["MATOS_SENSOR_INTERVAL_S"])
 defs = Definitions(
     assets=[archive_asset(t) for t in TOPICS],
     asset_checks=CHECKS,
-    jobs=[load, add_ranges_job(TOPICS), restore_job(TOPICS)],
+    jobs=[load, add_ranges_job(TOPICS), restore_job(TOPICS), verify_job(TOPICS)],
     sensors=[lag_sensor(t, ranges_partitions(t), SENSOR_INTERVAL_S) for t in TOPICS] + [s for _, s in MONITORS],
     schedules=[schedule for schedule, _ in MONITORS],
     resources=RESOURCES,

@@ -34,18 +34,29 @@ SCHEMA = pa.schema(
 )
 
 
+HEADERS = pa.list_(pa.field("item", HEADER, nullable=False))
+# Timestamp type names by confluent-kafka's number, for `Array.take`.
+_TYPE_NAMES = pa.array([TIMESTAMP_TYPES[i] for i in range(len(TIMESTAMP_TYPES))], pa.string())
+
+
 class Batch:
-    """Records gathered column by column until they are written out as one object."""
+    """Records gathered column by column until they are written out as one object.
+
+    `add` runs once per record, so it only appends: headers go to one flat list for the
+    whole batch (with the index where each record's end), and timestamp types stay numbers. The Arrow
+    columns are built from those in C when the batch is written, not record by record.
+    """
 
     def __init__(self, topic: str, partition: int):
         self.topic = topic
         self.partition = partition
         self.offsets: list[int] = []
         self.timestamps: list[int | None] = []
-        self.timestamp_types: list[str] = []
+        self.timestamp_types: list[int] = []  # confluent-kafka's numbers, named in table()
         self.keys: list[bytes | None] = []
         self.values: list[bytes | None] = []
-        self.headers: list[list[tuple[str, bytes | None]] | None] = []
+        self.header_pairs: list[tuple[str, bytes | None]] = []
+        self.header_ends: list[int] = []  # record i's headers end at header_pairs[header_ends[i]]
         self.nbytes = 0
 
     def __len__(self) -> int:
@@ -54,27 +65,39 @@ class Batch:
     def add(self, offset: int, ts_type: int, ts: int, key, value, headers, size: int) -> None:
         self.offsets.append(offset)
         self.timestamps.append(ts if ts_type else None)
-        self.timestamp_types.append(TIMESTAMP_TYPES.get(ts_type, "NotAvailable"))
+        self.timestamp_types.append(ts_type)
         self.keys.append(key)
         self.values.append(value)
-        self.headers.append(headers or [])
+        if headers:
+            self.header_pairs.extend(headers)
+        self.header_ends.append(len(self.header_pairs))
         self.nbytes += size
 
     def table(self) -> pa.Table:
         n = len(self.offsets)
+        types = self.timestamp_types
+        if set(types) <= set(range(len(TIMESTAMP_TYPES))):
+            type_names = _TYPE_NAMES.take(pa.array(types, pa.int8()))
+        else:  # a number this code does not know
+            type_names = pa.array([TIMESTAMP_TYPES.get(t, "NotAvailable") for t in types], pa.string())
+        header_keys, header_values = zip(*self.header_pairs) if self.header_pairs else ((), ())
+        headers = pa.ListArray.from_arrays(
+            pa.array([0, *self.header_ends], pa.int32()),
+            pa.StructArray.from_arrays(
+                [pa.array(header_keys, pa.string()), pa.array(header_values, pa.binary())], fields=list(HEADER)
+            ),
+            type=HEADERS,
+        )
         return pa.Table.from_arrays(
             [
                 pa.array([self.topic] * n, pa.string()),
                 pa.array([self.partition] * n, pa.int32()),
                 pa.array(self.offsets, pa.int64()),
                 pa.array(self.timestamps, pa.timestamp("ms", tz="UTC")),
-                pa.array(self.timestamp_types, pa.string()),
+                type_names,
                 pa.array(self.keys, pa.binary()),
                 pa.array(self.values, pa.binary()),
-                pa.array(
-                    [[{"key": k, "value": v} for k, v in hs] for hs in self.headers],
-                    pa.list_(pa.field("item", HEADER, nullable=False)),
-                ),
+                headers,
             ],
             schema=SCHEMA,
         )

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import ssl
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+import requests
 from swiftclient import Connection
 from swiftclient.exceptions import ClientException
 
@@ -93,7 +95,7 @@ class Store:
             if e.http_status != 404:
                 raise self._explain(e, "read container") from None
         except Exception as e:  # connection refused, DNS, TLS: not ClientException
-            raise self._explain(e, "reach") from None
+            raise self._explain(e, "authenticate") from None
         try:
             # No X-Container-Read: the container stays private to the account.
             self._conn.put_container(self.container)
@@ -171,6 +173,11 @@ class Store:
                 f"the user may not {doing}: check the user's roles or ACLs on container "
                 f"{self.container!r} (MATOS_SWIFT_CONTAINER)"
             )
+        elif _is_tls_error(e):
+            hint = (
+                "its TLS certificate could not be verified: set MATOS_SWIFT_CA_FILE to the PEM file of the CA "
+                "that signed it (MATOS_SWIFT_VERIFY_TLS=false turns verification off, insecurely)"
+            )
         elif status is None:
             hint = "could not be reached: check MATOS_SWIFT_AUTH_URL and that Swift runs"
         else:
@@ -181,6 +188,11 @@ class Store:
 def canonical_json(doc: dict) -> bytes:
     """Sorted keys and fixed separators: the same document always gives the same bytes."""
     return (json.dumps(doc, sort_keys=True, indent=1, separators=(",", ": ")) + "\n").encode()
+
+
+def _is_tls_error(e: Exception) -> bool:
+    # requests wraps ssl's errors in its own SSLError; either way the text names the check.
+    return isinstance(e, (ssl.SSLError, requests.exceptions.SSLError)) or "CERTIFICATE_VERIFY_FAILED" in str(e)
 
 
 def _one_line(e: Exception) -> str:

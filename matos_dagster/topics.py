@@ -20,9 +20,11 @@ from typing import Any
 
 import yaml
 
-from matos_dagster.ranges import check_topic
+from matos_dagster import layout
+from matos_dagster.ranges import OffsetRange, check_topic
 
 SWIFT_MAX_OBJECT = 5 * 1024**3  # Swift refuses single objects above 5 GiB
+SWIFT_MAX_NAME = 1024  # Swift's default max_object_name_length, in bytes
 FORMATS = ("parquet", "jsonl")
 
 
@@ -154,6 +156,14 @@ def _build(values: dict[str, Any], where: str) -> TopicConfig:
         raise TopicsFileError(f"{where}: format must be one of {FORMATS}, got {topic.format!r}")
     if topic.prefix.startswith("/") or "//" in topic.prefix or ".." in topic.prefix.split("/"):
         raise TopicsFileError(f"{where}: prefix {topic.prefix!r} must be a relative path without '..' or '//'")
+    # The widest name the topic can get: the largest partition id, 20-digit offsets.
+    widest = OffsetRange(topic.name, 2**31 - 1, 0, 1)
+    longest = len(layout.object_name(layout.range_dir(topic.prefix, widest), 0, topic.format).encode())
+    if longest > SWIFT_MAX_NAME:
+        raise TopicsFileError(
+            f"{where}: object names under prefix {topic.prefix[:40]!r}... would be up to {longest} bytes long, "
+            f"above Swift's limit of {SWIFT_MAX_NAME} (before MATOS_SWIFT_PREFIX): shorten the prefix"
+        )
     for k in ("slice_records", "object_bytes", "max_record_bytes", "batch_records", "batch_bytes",
               "max_range_records", "lag_warn_records"):
         if getattr(topic, k) <= 0:

@@ -53,6 +53,8 @@ def add_ranges_job(topics: list[TopicConfig]):
                 continue
             OffsetRange(topic.name, p, start, end)  # refuses end <= start with a clear message
             keys += [r.key for r in cut(topic.name, p, start, end, topic.max_range_records)]
+        if not keys:
+            context.log.info(f"no range added: nothing is pending in {topic.name}, partitions {chosen}")
         context.instance.add_dynamic_partitions(topic.partitions_name, keys)
         for k in keys:
             context.log.info(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from confluent_kafka import (
@@ -150,10 +151,9 @@ class KafkaResource(ConfigurableResource):
         """The group's committed offset per partition; None where it never committed."""
         consumer = self.consumer(group)
         try:
-            try:
-                tps = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=self.timeout_s)
-            except KafkaException as e:
-                raise self._unavailable(e) from None
+            tps = self._coordinated(
+                lambda left: consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=left)
+            )
             out: dict[int, int | None] = {}
             for tp in tps:
                 if tp.error is not None:
@@ -169,13 +169,13 @@ class KafkaResource(ConfigurableResource):
             return
         consumer = self.consumer(group)
         try:
-            try:
-                result = consumer.commit(
+            # Committing the same offsets again is harmless, so a busy coordinator is simply asked again.
+            result = self._coordinated(
+                lambda _: consumer.commit(
                     offsets=[TopicPartition(topic, p, o) for p, o in sorted(offsets.items())],
                     asynchronous=False,
                 )
-            except KafkaException as e:
-                raise self._unavailable(e) from None
+            )
             for tp in result or []:
                 if tp.error is not None:
                     raise KafkaUnavailable(f"Kafka refused the commit of {topic}/{tp.partition}: {tp.error}")
@@ -199,20 +199,67 @@ class KafkaResource(ConfigurableResource):
         finally:
             consumer.close()
 
-    def _metadata(self, topic: str | None = None):
-        try:
-            return self.admin().list_topics(topic=topic, timeout=self.timeout_s)
-        except KafkaException as e:
-            raise self._unavailable(e) from None
+    def _coordinated(self, call):
+        """`call(seconds left)`, asked again while the group coordinator is not ready yet.
 
-    def _unavailable(self, e: KafkaException) -> KafkaUnavailable:
+        A new cluster creates its offsets topic on the first group request, and a moved
+        coordinator takes a moment to be found: both are answered with a retriable error
+        that librdkafka hands back instead of waiting it out.
+        """
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                return call(max(1.0, deadline - time.monotonic()))
+            except KafkaException as e:
+                if e.args[0].code() not in _COORDINATOR_BUSY or time.monotonic() >= deadline:
+                    raise self._unavailable(e) from None
+                time.sleep(0.2)
+
+    def _metadata(self, topic: str | None = None):
+        # librdkafka retries a refused login or a failed TLS handshake until the timeout and
+        # then reports only "transport failure"; its error callback says why. Asking in short
+        # steps lets a wrong password or CA fail at once, with the reason.
+        errors: list[KafkaError] = []
+        admin = AdminClient({**self.client_config(), "error_cb": errors.append})
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                return admin.list_topics(topic=topic, timeout=max(0.1, min(1.0, deadline - time.monotonic())))
+            except KafkaException as e:
+                admin.poll(0)  # serves error_cb
+                if time.monotonic() >= deadline or any(x.code() in _REFUSALS for x in errors):
+                    raise self._unavailable(e, errors) from None
+                time.sleep(0.1)  # some failures return at once: do not spin
+
+    def _unavailable(self, e: KafkaException, errors: list[KafkaError] = ()) -> KafkaUnavailable:
         err = e.args[0] if e.args else e
+        where = f"Kafka at {self.bootstrap_servers} ({self.security_protocol})"
+        for x in errors:
+            if x.code() == KafkaError._AUTHENTICATION:
+                return KafkaUnavailable(
+                    f"{where} refused the SASL {self.sasl_mechanism} login of user {self.username!r}: {x.str()}; "
+                    "check MATOS_KAFKA_USERNAME / MATOS_KAFKA_PASSWORD / MATOS_KAFKA_SASL_MECHANISM"
+                )
+            if x.code() == KafkaError._SSL:
+                return KafkaUnavailable(
+                    f"{where}: the TLS handshake failed: {x.str()}; check MATOS_KAFKA_CA_FILE (the PEM file of "
+                    "the CA that signed the brokers' certificates) and MATOS_KAFKA_SECURITY_PROTOCOL"
+                )
         hint = (
             "check MATOS_KAFKA_USERNAME / MATOS_KAFKA_PASSWORD / MATOS_KAFKA_SASL_MECHANISM"
             if self.security_protocol == "SASL_SSL"
             else "check MATOS_KAFKA_BOOTSTRAP_SERVERS and that the brokers run"
         )
+        last = [x.str() for x in errors if x.code() == KafkaError._TRANSPORT][-1:]
         return KafkaUnavailable(
-            f"Kafka at {self.bootstrap_servers} ({self.security_protocol}) did not answer within "
-            f"{self.timeout_s:g}s: {err}; {hint}"
+            f"{where} did not answer within {self.timeout_s:g}s: {err}{''.join(f' ({t})' for t in last)}; {hint}"
         )
+
+
+# Errors no retry can cure: a refused login, a certificate that cannot be verified.
+_REFUSALS = (KafkaError._AUTHENTICATION, KafkaError._SSL)
+_COORDINATOR_BUSY = (
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+)

@@ -1,0 +1,220 @@
+"""`python -m matos_dagster.bench [--quick] [--repeat N] [--out DIR] [--latency]` (`make bench`).
+
+Full setting: W1 = 1,000,000 records of 1 KiB, W2 = 5,000,000 records of 100 B (16-byte keys,
+one header, 4 partitions), memory at W1 and 4×W1. `--quick`: 100,000 and 200,000 records.
+Writes DIR/results.json, DIR/results.md and DIR/throughput.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from matos_dagster.bench import paths, report, spark_kafka
+from matos_dagster.bench.png import bar_chart
+from matos_dagster.bench.stack import Workload, cache_dir, produce_workload, running_stack
+from matos_dagster.devstack.kafka import kafka_classpath
+from matos_dagster.topics import TopicConfig
+
+SETTINGS = {
+    "full": {"W1": 1_000_000, "W2": 5_000_000},
+    "quick": {"W1": 100_000, "W2": 200_000},
+}
+# The load job's own producer settings (jobs/load.py), given to ProducerPerformance too.
+PRODUCER = {"acks": "all", "enable.idempotence": "true", "linger.ms": "20", "batch.size": "1000000",
+            "compression.type": "lz4"}
+MIB = 1024**2
+
+
+def say(msg: str) -> None:
+    print(f"bench [{time.strftime('%H:%M:%S')}]: {msg}", flush=True)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m matos_dagster.bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="small setting: W1 100,000 and W2 200,000 records")
+    p.add_argument("--out", default=".bench", help="folder for results.json, results.md, throughput.png (.bench/)")
+    p.add_argument("--repeat", type=int, default=3, help="repeats of each measurement (default 3)")
+    p.add_argument("--cores", type=int, default=os.cpu_count() or 2, help="cores Spark gets (default: all)")
+    p.add_argument("--latency", action="store_true",
+                   help="also measure record→manifest latency with `dagster dev` running (several minutes)")
+    p.add_argument("--latency-rate", type=float, default=1000.0, help="records/s produced for --latency")
+    p.add_argument("--latency-seconds", type=float, default=None, help="seconds of producing (300; quick 120)")
+    p.add_argument("--no-sensor", action="store_true", help="skip the sensor tick measurement")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    setting = "quick" if args.quick else "full"
+    sizes = SETTINGS[setting]
+    out = Path(args.out).resolve()
+    logs = out / "logs"
+    shutil.rmtree(logs, ignore_errors=True)
+    logs.mkdir(parents=True, exist_ok=True)
+    master = f"local[{args.cores}]"
+    cache = cache_dir()
+    jars, sk_version, spark_version = spark_kafka.fetch(cache, say=say)
+    classpath = kafka_classpath(cache)
+    defaults = TopicConfig("x")
+    notes = [f"Slices of {defaults.slice_records:,} offsets, objects of up to {defaults.object_bytes // MIB} MiB "
+             f"of records (the topic defaults); one Spark task per slice, ranges archived concurrently "
+             f"(one per partition); read and write limits use {args.cores} processes, as Spark gets {args.cores} "
+             "cores."]
+    if sk_version != spark_version:
+        notes.append(f"Spark's Kafka source: spark-sql-kafka-0-10 {spark_version} is not on Maven Central; "
+                     f"used {sk_version} on Spark {spark_version}.")
+    workloads = {
+        "W1": Workload("W1", sizes["W1"], 1024),
+        "W2": Workload("W2", sizes["W2"], 100),
+        "4×W1": Workload("4xW1", 4 * sizes["W1"], 1024),
+    }
+    results: dict = {"setting": setting, "repeat": args.repeat, "master": master, "started": time.time(),
+                     "spark": spark_version, "spark_sql_kafka": sk_version, "workloads": {}, "notes": notes}
+    with running_stack() as stack:
+        topics, setup = {}, {}
+        for name, w in workloads.items():
+            topic = f"bench-{w.name.lower()}-{uuid.uuid4().hex[:6]}"
+            stack.create_topic(topic, w.partitions)
+            say(f"producing {name}: {w.records:,} records of {w.value_bytes} B")
+            setup[name] = produce_workload(stack.kafka(), topic, w)
+            topics[name] = topic
+        results["setup_production"] = setup
+        runs: dict = {n: {"read": [], "write": [], "archive": [], "spark_kafka": []} for n in ("W1", "W2")}
+        memory1: list[dict] = []
+        memory4: list[dict] = []
+        scale = sizes["W1"] / SETTINGS["full"]["W1"]
+        memory_slice = int(defaults.slice_records * scale)
+        memory_object = int(defaults.object_bytes * scale)
+        notes.append(f"Memory runs: slices of {memory_slice:,} offsets, objects of up to "
+                     f"{memory_object / MIB:.1f} MiB of records" + (" (scaled like the records)." if scale != 1 else "."))
+        produce: dict = {"load_job": [], "producer_performance": []}
+
+        def spec(topic: str, container: str, **extra) -> dict:
+            params = stack.swift_params(container)
+            return {"master": master, "cores": args.cores, "bootstrap": stack.bootstrap, "topic": topic,
+                    "ranges": [[r.topic, r.partition, r.start, r.end] for r in stack.ranges(topic)],
+                    "swift": {k: getattr(params, k) for k in params.__dataclass_fields__},
+                    "group": f"bench-{uuid.uuid4().hex[:6]}", "slice_records": defaults.slice_records,
+                    "object_bytes": defaults.object_bytes, **extra}
+
+        for rep in range(args.repeat):
+            for name in ("W1", "W2"):
+                topic = topics[name]
+                slices = [s for r in stack.ranges(topic) for s in r.slices(defaults.slice_records)]
+                tag = f"{name.lower()}-{rep}-{uuid.uuid4().hex[:4]}"
+                r = paths.read_limit(stack.bootstrap, slices, args.cores)
+                runs[name]["read"].append(r)
+                say(f"{name} #{rep + 1} read limit: {r['records']:,} records in {r['seconds']:.2f}s")
+
+                container = f"bench-archive-{tag}"
+                a = paths.spark_run("archive", spec(topic, container), logs)
+                stack.drop_container(container)
+                runs[name]["archive"].append(a)
+                say(f"{name} #{rep + 1} archive: {a['records']:,} records, {a['objects']} objects in "
+                    f"{a['seconds']:.2f}s ({a['seconds_with_startup']:.1f}s with start-up), "
+                    f"peak RSS {a['memory']['total'] / MIB:.0f} MiB")
+
+                container = f"bench-write-{tag}"
+                wl = paths.write_limit(stack.swift_params(container), a["object_sizes"], args.cores)
+                stack.drop_container(container)
+                runs[name]["write"].append(wl)
+                say(f"{name} #{rep + 1} write limit: {wl['bytes'] / MIB:.0f} MiB in {wl['objects']} objects "
+                    f"in {wl['seconds']:.2f}s")
+
+                container = f"bench-sparkkafka-{tag}"
+                sk = paths.spark_run("spark-kafka", spec(topic, container, spark_conf={"spark.jars": ",".join(jars)}),
+                                     logs)
+                stack.drop_container(container)
+                if sk["records"] != a["records"]:
+                    raise RuntimeError(f"Spark's Kafka source wrote {sk['records']} records, the archive {a['records']}")
+                runs[name]["spark_kafka"].append(sk)
+                say(f"{name} #{rep + 1} Spark Kafka source: {sk['records']:,} records in {sk['seconds']:.2f}s "
+                    f"({sk['seconds_with_startup']:.1f}s with start-up)")
+
+            # Memory is bounded by the object size, so the quick setting scales slices and objects
+            # with the records: W1's ranges then span several slices and objects, as at full size.
+            for name, runs_of in (("W1", memory1), ("4×W1", memory4)):
+                container = f"bench-memory-{rep}-{uuid.uuid4().hex[:6]}"
+                m = paths.spark_run("archive", spec(topics[name], container, slice_records=memory_slice,
+                                                    object_bytes=memory_object), logs)
+                stack.drop_container(container)
+                runs_of.append(m)
+                say(f"memory {name} #{rep + 1}: {m['records']:,} records, {m['objects']} objects in "
+                    f"{m['seconds']:.1f}s, peak RSS {m['memory']['total'] / MIB:.0f} MiB")
+
+            w2 = workloads["W2"]
+            plain = {**w2.load_config(""), "key_pattern": "", "headers": {}}
+            for kind in ("load_job", "producer_performance"):
+                topic = f"bench-produce-{uuid.uuid4().hex[:6]}"
+                stack.create_topic(topic, w2.partitions)
+                if kind == "load_job":
+                    p = paths.load_job(stack.bootstrap, {**plain, "topic": topic})
+                else:
+                    p = paths.producer_performance(classpath, stack.bootstrap, topic, w2.records, w2.value_bytes,
+                                                   PRODUCER)
+                admin = stack.kafka().admin()  # must outlive the future
+                admin.delete_topics([topic])[topic].result(60)
+                produce[kind].append(p)
+                say(f"produce #{rep + 1} {kind}: {p['records_per_s']:,.0f} records/s")
+
+        for name in ("W1", "W2"):
+            w = runs[name]
+            results["workloads"][name] = {
+                "records": workloads[name].records, "value_bytes": workloads[name].value_bytes,
+                "runs": w, "throughput": report.throughput(w), "ratios": report.ratios(w),
+            }
+        results["memory"] = memory_summary(memory1, memory4)
+        lj = [p["records_per_s"] for p in produce["load_job"]]
+        pp = [p["records_per_s"] for p in produce["producer_performance"]]
+        ratio = [a / b for a, b in zip(lj, pp)]
+        results["produce"] = {"records": workloads["W2"].records, "value_bytes": workloads["W2"].value_bytes,
+                              "runs": produce, "load_job": report.stats(lj),
+                              "producer_performance": report.stats(pp),
+                              "ratio": {"per_repeat": ratio, **report.stats(ratio)}}
+        if not args.no_sensor:
+            say("sensor: 200 partitions, 50,000 range keys")
+            from matos_dagster.bench.sensor import sensor_ticks
+
+            results["sensor"] = sensor_ticks(stack, ticks=max(5, args.repeat))
+            say(f"sensor: tick median {results['sensor']['median_s']:.2f}s")
+        if args.latency:
+            from matos_dagster.bench import latency
+
+            seconds = args.latency_seconds or (120 if args.quick else 300)
+            say(f"latency: dagster dev, {args.latency_rate:g} records/s for {seconds:g}s")
+            results["latency"] = latency.measure(stack, logs, args.latency_rate, seconds)
+            say(f"latency: median {results['latency']['median_s']}s, p95 {results['latency']['p95_s']}s")
+
+    results["targets"] = report.targets(results)
+    results["finished"] = time.time()
+    (out / "results.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+    md = report.markdown(results)
+    (out / "results.md").write_text(md)
+    (out / "throughput.png").write_bytes(bar_chart(
+        f"matos-dagster bench ({setting}): throughput per path", report.chart_groups(results)))
+    print(md)
+    say(f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / 'throughput.png'}")
+    return 0
+
+
+def memory_summary(w1: list[dict], w4: list[dict]) -> dict:
+    def summary(runs: list[dict]) -> dict:
+        out = {"records": runs[0]["records"] if runs else 0}
+        for kind in ("total", "driver_python", "jvm", "python_workers"):
+            out[f"{kind}_mib"] = report.stats([r["memory"][kind] / MIB for r in runs])
+        return out
+
+    a, b = summary(w1), summary(w4)
+    per_rep = [y["memory"]["total"] / x["memory"]["total"] for x, y in zip(w1, w4)]
+    return {"W1": a, "4×W1": b, "ratio": {"per_repeat": per_rep, **report.stats(per_rep)}}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,194 @@
+"""The bench's results as figures: medians and spreads, ratios per repeat, targets met or not.
+
+Ratios are taken within one repeat (the paths of a repeat run back to back on the same
+machine state), then summarised like any other figure: median and min–max over repeats.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+PATHS = [  # (key in a workload's results, label, which seconds, color)
+    ("read", "read limit (confluent-kafka)", "seconds", (70, 130, 180)),
+    ("write", "write limit (swiftclient)", "seconds", (90, 160, 110)),
+    ("archive", "archive", "seconds", (220, 120, 50)),
+    ("archive", "archive incl. Spark start", "seconds_with_startup", (240, 170, 120)),
+    ("spark_kafka", "Spark Kafka source", "seconds", (140, 110, 170)),
+    ("spark_kafka", "Spark Kafka src incl. start", "seconds_with_startup", (190, 170, 210)),
+]
+
+
+def stats(values: list[float]) -> dict:
+    values = [v for v in values if v is not None]
+    if not values:
+        return {"median": None, "min": None, "max": None, "n": 0}
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def _rate(run: dict, records: int, seconds_key: str) -> float:
+    return records / run[seconds_key] if run[seconds_key] > 0 else 0.0
+
+
+def throughput(workload: dict) -> dict:
+    """Per path: records/s and record MB/s per repeat, and their stats."""
+    out = {}
+    archives = workload["archive"]
+    for key, label, seconds_key, _ in PATHS:
+        rps, mbps = [], []
+        for i, run in enumerate(workload.get(key, [])):
+            # Every path moves the archive's records; the write limit moves its bytes.
+            records = archives[i]["records"]
+            rec_bytes = archives[i]["record_bytes"]
+            r = _rate(run, records, seconds_key)
+            rps.append(r)
+            mbps.append(r * rec_bytes / records / 1e6 if records else 0.0)
+        out[label] = {"records_per_s": rps, "mb_per_s": mbps, **{f"rps_{k}": v for k, v in stats(rps).items()},
+                      "mbps_median": stats(mbps)["median"]}
+    return out
+
+
+def ratios(workload: dict) -> dict:
+    per_rep_min_limit, per_rep_vs_spark, per_rep_vs_spark_start = [], [], []
+    for read, write, arch, sk in zip(workload["read"], workload["write"], workload["archive"], workload["spark_kafka"]):
+        n = arch["records"]
+        a = n / arch["seconds"]
+        limit = min(n / read["seconds"], n / write["seconds"])
+        per_rep_min_limit.append(a / limit)
+        per_rep_vs_spark.append(arch["seconds"] and sk["seconds"] / arch["seconds"])
+        per_rep_vs_spark_start.append(sk["seconds_with_startup"] / arch["seconds_with_startup"])
+    return {
+        "archive_over_min_limit": {"per_repeat": per_rep_min_limit, **stats(per_rep_min_limit)},
+        "archive_over_spark_kafka": {"per_repeat": per_rep_vs_spark, **stats(per_rep_vs_spark)},
+        "archive_over_spark_kafka_with_startup": {"per_repeat": per_rep_vs_spark_start,
+                                                  **stats(per_rep_vs_spark_start)},
+    }
+
+
+def targets(results: dict) -> list[dict]:
+    out = []
+    w = results["workloads"]
+    for name in ("W1", "W2"):
+        if name not in w:
+            continue
+        r = w[name]["ratios"]
+        m = r["archive_over_min_limit"]
+        out.append(_target(f"{name}: archive ≥ 0.8 × min(read limit, write limit)", m, lambda v: v >= 0.8, "×"))
+        m = r["archive_over_spark_kafka"]
+        out.append(_target(f"{name}: archive ≥ Spark's Kafka source", m, lambda v: v >= 1.0, "×"))
+    mem = results.get("memory")
+    if mem:
+        out.append(_target("peak memory at 4×W1 within 10% of W1", mem["ratio"], lambda v: v <= 1.10, "×"))
+    sensor = results.get("sensor")
+    if sensor:
+        out.append(_target(f"sensor tick median < 1 s ({sensor['partitions']} partitions, {sensor['keys']:,} keys)",
+                           {"median": sensor["median_s"], "min": None, "max": None}, lambda v: v < 1.0, " s"))
+    lat = results.get("latency")
+    if lat and lat.get("median_s") is not None:
+        out.append(_target("latency median < 60 s", {"median": lat["median_s"]}, lambda v: v < 60, " s"))
+        out.append(_target("latency p95 < 120 s", {"median": lat["p95_s"]}, lambda v: v < 120, " s"))
+    else:
+        out.append({"target": "latency median < 60 s, p95 < 120 s", "figure": "not measured (run with --latency)",
+                    "met": None})
+    prod = results.get("produce")
+    if prod:
+        out.append(_target("load job ≥ 0.8 × ProducerPerformance", prod["ratio"], lambda v: v >= 0.8, "×"))
+    return out
+
+
+def _target(what: str, s: dict, ok, unit: str) -> dict:
+    v = s.get("median")
+    spread = f" ({_num(s['min'])}–{_num(s['max'])})" if s.get("min") is not None and s.get("max") != s.get("min") else ""
+    return {"target": what, "figure": f"{_num(v)}{unit}{spread}" if v is not None else "n/a",
+            "met": None if v is None else bool(ok(v))}
+
+
+def _num(v) -> str:
+    if v is None:
+        return "n/a"
+    if abs(v) >= 1000:
+        return f"{v:,.0f}"
+    if abs(v) >= 10:
+        return f"{v:.1f}"
+    return f"{v:.2f}"
+
+
+def _cell(s: dict, fmt=_num) -> str:
+    if s.get("median") is None:
+        return "n/a"
+    if s["n"] > 1:
+        return f"{fmt(s['median'])} ({fmt(s['min'])}–{fmt(s['max'])})"
+    return fmt(s["median"])
+
+
+def markdown(results: dict) -> str:
+    w = results["workloads"]
+    names = [n for n in ("W1", "W2") if n in w]
+    lines = [
+        f"Setting: **{results['setting']}**, {results['repeat']} repeat(s), Spark `{results['master']}`; "
+        "median (min–max) over repeats. Records/s of the same offset ranges; MB/s of record bytes "
+        "(key + value + headers).",
+        "",
+        "| path | " + " | ".join(f"{n} ({w[n]['records']:,} × {w[n]['value_bytes']} B) records/s | {n} MB/s"
+                                 for n in names) + " |",
+        "| --- | " + " | ".join("---: | ---:" for _ in names) + " |",
+    ]
+    for _, label, _, _ in PATHS:
+        cells = []
+        for n in names:
+            t = w[n]["throughput"][label]
+            cells.append(_cell({"median": t["rps_median"], "min": t["rps_min"], "max": t["rps_max"], "n": t["rps_n"]}))
+            cells.append(_num(t["mbps_median"]))
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    prod = results.get("produce")
+    if prod:
+        lines += ["", f"Producing {prod['records']:,} records of {prod['value_bytes']} B "
+                  "(no key, no header; acks=all, idempotent, lz4, linger 20 ms, batch 1 MB):", "",
+                  "| producer | records/s |", "| --- | ---: |",
+                  f"| load job | {_cell(prod['load_job'])} |",
+                  f"| Kafka ProducerPerformance | {_cell(prod['producer_performance'])} |"]
+    mem = results.get("memory")
+    if mem:
+        lines += ["", "Peak RSS of the archive's process tree (MiB; local mode: the executor is the driver JVM):", "",
+                  "| workload | total | driver Python | JVM | Python workers |", "| --- | ---: | ---: | ---: | ---: |"]
+        for n in ("W1", "4×W1"):
+            k = mem[n]
+            lines.append(f"| {n} ({k['records']:,} records) | " + " | ".join(
+                _cell(k[f"{kind}_mib"]) for kind in ("total", "driver_python", "jvm", "python_workers")) + " |")
+    sensor = results.get("sensor")
+    if sensor:
+        lines += ["", f"Lag sensor tick, {sensor['partitions']} partitions, {sensor['keys']:,} range keys in the "
+                  f"instance: first tick (200 ranges requested) {sensor['first_s']:.2f} s; "
+                  f"every range in flight {_cell(stats(sensor['in_flight_s']))} s; "
+                  f"below the batch policy {_cell(stats(sensor['below_policy_s']))} s."]
+    lat = results.get("latency")
+    if lat and lat.get("median_s") is not None:
+        lines += ["", f"Latency record → manifest in Swift (`dagster dev`, sensor every {lat['sensor_interval_s']} s, "
+                  f"default batch policy, {lat['rate_per_s']:g} records/s for {lat['seconds']:g} s): "
+                  f"median {lat['median_s']:.0f} s, p95 {lat['p95_s']:.0f} s, max {lat['max_s']:.0f} s "
+                  f"({lat['archived']:,} of {lat['records']:,} records archived)."]
+    notes = results.get("notes", [])
+    lines += ["", "| target | figure | met |", "| --- | --- | --- |"]
+    for t in results["targets"]:
+        met = {True: "met", False: "**not met**", None: "—"}[t["met"]]
+        lines.append(f"| {t['target']} | {t['figure']} | {met} |")
+    if notes:
+        lines += [""] + [f"- {n}" for n in notes]
+    return "\n".join(lines) + "\n"
+
+
+def chart_groups(results: dict) -> list:
+    groups = []
+    for n, w in results["workloads"].items():
+        bars = []
+        for _, label, _, color in PATHS:
+            t = w["throughput"][label]
+            bars.append((label, t["rps_median"] or 0, t["rps_min"] or 0, t["rps_max"] or 0, color))
+        groups.append((f"{n}: {w['records']:,} records of {w['value_bytes']} B, records/s (median, min-max)",
+                       "rec/s", bars))
+    prod = results.get("produce")
+    if prod:
+        bars = [(label, s["median"], s["min"], s["max"], color) for label, s, color in (
+            ("load job", prod["load_job"], (220, 120, 50)),
+            ("ProducerPerformance", prod["producer_performance"], (70, 130, 180)))]
+        groups.append((f"producing {prod['records']:,} records of {prod['value_bytes']} B, records/s", "rec/s", bars))
+    return groups

@@ -1,0 +1,161 @@
+"""One Spark path of the bench in its own process, so each has its own Spark session and JVM.
+
+    python -m matos_dagster.bench.worker SPEC.json
+
+`archive`: the archive's own `archive_range`, one thread per range (as concurrent runs would),
+all in one Spark session. `spark-kafka`: Spark's Kafka source (spark-sql-kafka-0-10) reads
+the same ranges and the archive's writer (records.Batch, Parquet, Store.put) writes them.
+Times are written to the spec's `result` file as wall-clock epoch seconds and durations.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+STARTED = time.time()
+
+from concurrent.futures import ThreadPoolExecutor  # noqa: E402
+
+from matos_dagster import layout, manifest, records  # noqa: E402
+from matos_dagster.archive import archive_range  # noqa: E402
+from matos_dagster.ranges import OffsetRange  # noqa: E402
+from matos_dagster.resources import KafkaResource, SparkResource  # noqa: E402
+from matos_dagster.slice_task import SliceJob, _flush, _size  # noqa: E402
+from matos_dagster.store import Store, SwiftParams  # noqa: E402
+from matos_dagster.topics import TopicConfig  # noqa: E402
+
+# Spark's Kafka source numbers timestamp types 0 (CreateTime) and 1 (LogAppendTime);
+# confluent-kafka, which records.Batch follows, 1 and 2.
+_TS_TYPE = {0: 1, 1: 2}
+
+
+def main(spec_path: str) -> None:
+    spec = json.loads(open(spec_path).read())
+    imported = time.time()
+    conf = ";".join(f"{k}={v}" for k, v in spec.get("spark_conf", {}).items())
+    spark = SparkResource(master=spec["master"], conf=conf).spark_session
+    spark.sparkContext.setLogLevel("WARN")
+    # Start-up ends when the Python workers exist and have imported what a task needs
+    # (Spark reuses them), so the work below is timed like the read and write limits'
+    # already started process pools.
+    cores = spec["cores"]
+    spark.sparkContext.parallelize(range(cores * 4), cores).map(_warm).collect()
+    session_ready = time.time()
+    swift = SwiftParams(**spec["swift"])
+    with Store(swift) as store:
+        store.check()
+    ranges = [OffsetRange(*r) for r in spec["ranges"]]
+    topic = TopicConfig(spec["topic"], group=spec["group"], slice_records=spec["slice_records"],
+                        object_bytes=spec["object_bytes"])
+    t0 = time.time()
+    if spec["kind"] == "archive":
+        manifests = run_archive(spec, topic, ranges, swift, spark)
+    elif spec["kind"] == "spark-kafka":
+        manifests = run_spark_kafka(spec, topic, ranges, swift, spark)
+    else:
+        raise SystemExit(f"unknown kind {spec['kind']!r}")
+    done = time.time()
+    result = {
+        "started": STARTED,
+        "imported": imported,
+        "session_ready": session_ready,
+        "work_started": t0,
+        "done": done,
+        "records": sum(m["records"] for m in manifests),
+        "record_bytes": sum(m["record_bytes"] for m in manifests),
+        "bytes": sum(m["bytes"] for m in manifests),
+        "object_sizes": [o["bytes"] for m in manifests for o in m["objects"]],
+        "objects": sum(len(m["objects"]) for m in manifests),
+    }
+    with open(spec["result"], "w") as f:
+        json.dump(result, f)
+    spark.stop()
+
+
+def _warm(_: int) -> int:
+    import matos_dagster.slice_task  # noqa: F401 - pyarrow, confluent_kafka, swiftclient
+
+    time.sleep(0.2)  # keeps every core busy, so every worker starts
+    return 0
+
+
+def run_archive(spec, topic: TopicConfig, ranges, swift: SwiftParams, spark) -> list[dict]:
+    kafka = KafkaResource(bootstrap_servers=spec["bootstrap"], timeout_s=60)
+
+    def one(r: OffsetRange) -> dict:
+        with Store(swift) as store:
+            return archive_range(r, topic, kafka, store, spark, say=lambda _: None).manifest
+
+    with ThreadPoolExecutor(len(ranges)) as pool:
+        return list(pool.map(one, ranges))
+
+
+def run_spark_kafka(spec, topic: TopicConfig, ranges, swift: SwiftParams, spark) -> list[dict]:
+    """Spark's Kafka source over the same ranges, into the archive's writer, then its manifests."""
+    name = topic.name
+    starting = {name: {str(r.partition): r.start for r in ranges}}
+    ending = {name: {str(r.partition): r.end for r in ranges}}
+    slices = sum(len(r.slices(topic.slice_records)) for r in ranges)
+    df = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", spec["bootstrap"])
+        .option("assign", json.dumps({name: sorted(r.partition for r in ranges)}))
+        .option("startingOffsets", json.dumps(starting))
+        .option("endingOffsets", json.dumps(ending))
+        .option("includeHeaders", "true")
+        .option("kafka.isolation.level", "read_committed")
+        # As many Spark tasks as the archive has slices: the same parallelism.
+        .option("minPartitions", str(slices))
+        .load()
+        .selectExpr("partition", "offset", "unix_millis(timestamp) AS ts", "timestampType",
+                    "key", "value", "headers")
+    )
+    prefix = layout.join(swift.prefix, topic.prefix)
+    jobs = {
+        r.partition: SliceJob(slice=r, directory=layout.range_dir(prefix, r), kafka_conf={}, group=topic.group,
+                              swift=swift, format=topic.format, object_bytes=topic.object_bytes)
+        for r in ranges
+    }
+    objects = df.rdd.mapPartitions(lambda rows: write_rows(rows, jobs, swift)).collect()
+    out = []
+    with Store(swift) as store:
+        for r in ranges:
+            doc = manifest.build(r, topic.format, sorted((o for p, o in objects if p == r.partition),
+                                                         key=lambda o: o["first_offset"]))
+            store.put_json(layout.manifest_name(prefix, r), doc)
+            out.append(doc)
+    return out
+
+
+def write_rows(rows, jobs: dict, swift: SwiftParams):
+    """The archive's writer over Spark rows: objects of at most object_bytes of records."""
+    store = Store(swift)
+    written = []
+    batch = job = None
+    try:
+        for row in rows:
+            partition, offset, ts, ts_type, key, value, headers = row
+            if job is None or partition != batch.partition:
+                if batch is not None and len(batch):
+                    written.append((batch.partition, _flush(batch, job, store)))
+                job = jobs[partition]
+                batch = records.Batch(job.slice.topic, partition)
+            key = None if key is None else bytes(key)
+            value = None if value is None else bytes(value)
+            hs = [(h[0], None if h[1] is None else bytes(h[1])) for h in headers or ()]
+            size = _size(key, value, hs)
+            if batch.nbytes and batch.nbytes + size > job.object_bytes:
+                written.append((partition, _flush(batch, job, store)))
+                batch = records.Batch(job.slice.topic, partition)
+            batch.add(offset, _TS_TYPE.get(ts_type, 0), ts, key, value, hs, size)
+        if batch is not None and len(batch):
+            written.append((batch.partition, _flush(batch, job, store)))
+        return written
+    finally:
+        store.close()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

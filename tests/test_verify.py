@@ -1,0 +1,358 @@
+"""The verifier: its pure parts by tables, then each kind of damage induced on a real archive.
+
+Every induced problem must be reported precisely (kind, partition, offsets, object name)
+and nothing else with it: a verifier that cries wolf is as useless as one that never does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import uuid
+
+import pyarrow as pa
+import pytest
+
+from helpers import delete_records, produce
+from matos_dagster import layout, records
+from matos_dagster.archive import archive_range
+from matos_dagster.jobs.verify import verify_job
+from matos_dagster.ranges import OffsetRange
+from matos_dagster.settings import PROJECT_ROOT
+from matos_dagster.topics import TopicConfig
+from matos_dagster.verify import (
+    DIFFERS, GAP, LOSS, MANIFEST, MD5, MISSING, OFFSETS, OVERLAP, SIZE, UNCOVERED,
+    Problem, Report, check_coverage, differences, manifest_issues, object_issues, sample_positions,
+    uncovered, verify_topic,
+)
+from test_archive import awkward_rows
+
+# -- pure parts ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spans, lo, hi, holes", [
+    ([], 0, 10, [(0, 10)]),
+    ([(0, 10)], 0, 10, []),
+    ([(0, 10), (20, 30)], 0, 30, [(10, 20)]),
+    ([(0, 10), (20, 30)], 0, 40, [(10, 20), (30, 40)]),
+    ([(5, 10)], 0, 10, [(0, 5)]),
+    ([(0, 10), (5, 15)], 0, 15, []),          # overlaps cover, they leave no hole
+    ([(20, 30), (0, 10)], 0, 30, [(10, 20)]),  # any order
+    ([(0, 100)], 40, 60, []),                  # a range covering the window part-way
+    ([(0, 10), (30, 40)], 5, 35, [(10, 30)]),
+    ([(10, 20)], 0, 5, [(0, 5)]),
+])
+def test_uncovered_spans(spans, lo, hi, holes):
+    assert uncovered(spans, lo, hi) == holes
+
+
+def _kinds(found: list[Problem]) -> list[tuple[str, int, int]]:
+    return [(p.kind, p.start, p.end) for p in found]
+
+
+@pytest.mark.parametrize("spans, low, high, committed, problems, loss", [
+    # all well: contiguous, committed at the end, or behind it (a run died before committing)
+    ([(0, 10), (10, 20)], 0, 30, 20, [], []),
+    ([(0, 10), (10, 20)], 0, 30, 10, [], []),
+    ([(0, 10), (10, 20)], 0, 30, None, [], []),
+    ([], 0, 30, None, [], []),
+    ([], 5, 30, None, [], []),                    # nothing promised, nothing lost
+    ([(0, 10)], 5, 30, 10, [], []),               # expired after it was archived
+    ([(10, 20)], 0, 30, 0, [], []),               # committed moved back below the archive: pending
+    # gaps, committed offsets in no manifest, overlaps
+    ([(0, 10), (20, 30)], 0, 30, 30, [(GAP, 10, 20)], []),
+    ([(0, 10), (20, 30)], 0, 30, 10, [(GAP, 10, 20)], []),  # an out-of-order range, not committed yet
+    ([(0, 10)], 0, 30, 25, [(UNCOVERED, 10, 25)], []),
+    ([], 0, 30, 12, [], []),                       # committed, nothing archived, nothing promised below it
+    ([(0, 10), (5, 15)], 0, 30, 15, [(OVERLAP, 5, 10)], []),
+    ([(0, 10), (5, 15), (10, 20)], 0, 30, 20, [(OVERLAP, 5, 10), (OVERLAP, 10, 15)], []),
+    ([(0, 30), (10, 20)], 0, 30, 30, [(OVERLAP, 10, 20)], []),
+    ([(0, 10)], 0, 5, 5, [("beyond-end", 5, 10)], []),
+    # loss: holes below the log start offset
+    ([(0, 20)], 60, 100, 20, [], [(LOSS, 20, 60)]),
+    ([(0, 20), (60, 100)], 60, 100, 100, [], [(LOSS, 20, 60)]),
+    ([(0, 20), (60, 100)], 40, 100, 100, [(GAP, 40, 60)], [(LOSS, 20, 40)]),
+    ([(0, 10)], 50, 100, 70, [(UNCOVERED, 50, 70)], [(LOSS, 10, 50)]),
+    ([], 50, 100, 20, [], [(LOSS, 20, 50)]),
+])
+def test_coverage_table(spans, low, high, committed, problems, loss):
+    found, lost = check_coverage("t", "g", 0, spans, low, high, committed)
+    assert _kinds(found) == problems
+    assert _kinds(lost) == loss
+
+
+def test_coverage_messages_name_the_partition_offsets_and_group():
+    (gap,), () = check_coverage("orders", "g1", 3, [(0, 10), (20, 30)], 0, 30, 30)
+    assert gap.message == ("orders/3: offsets [10, 20) are in no manifest, between archived ranges "
+                           "(below the committed offset 30)")
+    (unc,), () = check_coverage("orders", "g1", 3, [(0, 10)], 0, 30, 25)
+    assert "offsets [10, 25) are committed (group g1 at 25) but in no manifest: the archive ends at 10" in unc.message
+    (), (lost,) = check_coverage("orders", "g1", 3, [(0, 20)], 60, 100, 20)
+    assert lost.message == ("orders/3: offsets [20, 60) were deleted from Kafka (log start offset now 60) before "
+                            "they were archived: up to 40 records lost")
+
+
+def _doc(**kw):
+    doc = {"topic": "t", "partition": 0, "start": 0, "end": 10, "format": "parquet", "records": 3,
+           "objects": [{"name": "o", "records": 3, "bytes": 1, "md5": "x", "first_offset": 0, "last_offset": 2}]}
+    doc.update(kw)
+    return doc
+
+
+@pytest.mark.parametrize("doc, expected, usable", [
+    (_doc(), [], True),
+    ([], ["is not a JSON object"], False),
+    ({"topic": "t"}, ["lacks partition, start, end, format, records, objects"], False),
+    (_doc(end=11), ["names t/0[0, 11), not the range of its folder t/0[0, 10)"], True),
+    (_doc(format="csv"), ["has unknown format 'csv'"], False),
+    (_doc(records=4), ["says 4 records, its objects 3"], True),
+    (_doc(objects=[{"name": "o"}]),
+     ["has an `objects` list whose entries lack name, records, bytes, md5 or offsets"], False),
+])
+def test_manifest_issues(doc, expected, usable):
+    assert manifest_issues(doc, "t", 0, (0, 10)) == (expected, usable)
+
+
+def _o(name, first, last):
+    return {"name": name, "first_offset": first, "last_offset": last}
+
+
+@pytest.mark.parametrize("objects, expected", [
+    ([_o("a", 0, 4), _o("b", 5, 9)], []),
+    ([_o("b", 5, 9), _o("a", 0, 4)], []),
+    ([_o("a", 0, 10)], [("a", "holds offsets [0, 10], outside its range [0, 10)")]),
+    ([_o("a", 4, 2)], [("a", "holds offsets [4, 2], outside its range [0, 10)")]),
+    ([_o("a", 0, 5), _o("b", 5, 9)], [("b", "holds offsets [5, 9], overlapping [0, 5] of object a")]),
+])
+def test_object_issues(objects, expected):
+    assert object_issues(objects, (0, 10)) == expected
+
+
+@pytest.mark.parametrize("lo, hi, n, positions", [
+    (0, 10, 0, []),
+    (0, 0, 5, []),
+    (0, 10, 1, [0]),
+    (0, 10, 2, [0, 9]),
+    (0, 10, 4, [0, 3, 6, 9]),
+    (0, 3, 10, [0, 1, 2]),
+    (100, 1100, 3, [100, 599, 1099]),
+])
+def test_sample_positions(lo, hi, n, positions):
+    assert sample_positions(lo, hi, n) == positions
+
+
+def test_differences_name_every_field_that_differs():
+    row = {"topic": "t", "partition": 0, "offset": 1, "timestamp": 5, "timestamp_type": "CreateTime",
+           "key": b"k", "value": None, "headers": [{"key": "h", "value": b"1"}]}
+    assert differences(row, dict(row)) == []
+    assert differences(row, {**row, "value": b""}) == ["value"]  # null is not empty
+    assert differences(row, {**row, "headers": [], "timestamp": 6}) == ["timestamp", "headers"]
+
+
+def test_a_report_is_ok_only_without_problems_and_loss_and_renders_both():
+    r = Report("t", 0)
+    assert r.ok and "verify t: OK" in r.render()
+    r.loss.append(Problem(LOSS, 0, "t/0: offsets [0, 4) were deleted", 0, 4))
+    assert not r.ok and r.lost_offsets == 4 and "DATA LOSS (4 offsets)" in r.render()
+    r.problems.append(Problem(GAP, 1, "t/1: offsets [5, 6) are in no manifest", 5, 6))
+    assert r.counts()[GAP] == 1 and r.counts()[LOSS] == 1 and r.counts()[MD5] == 0
+    assert "[gap] t/1: offsets [5, 6) are in no manifest" in r.render()
+
+
+@pytest.mark.parametrize("args, message", [
+    ([], "the following arguments are required: --topic"),
+    (["--topic", "demo", "--sample", "3", "--full"], "not allowed with argument"),
+    (["--topic", "demo", "--sample", "-1"], "--sample must be >= 0"),
+    (["--topic", "no-such-topic"], "is not in the topics file"),
+])
+def test_the_cli_refuses_usage_errors_with_exit_2(args, message):
+    env = {**os.environ, "MATOS_TOPICS_FILE": str(PROJECT_ROOT / "topics.yaml")}
+    p = subprocess.run([sys.executable, "-m", "matos_dagster.verify", *args], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert message in p.stderr
+
+
+# -- on a real archive --------------------------------------------------------------------
+
+
+class Archive:
+    """30 of 50 awkward records archived as [0, 10), [10, 20), [20, 30), several objects each."""
+
+    def __init__(self, kafka, swift, spark, new_topic):
+        self.kafka, self.spark = kafka, spark
+        self.name = new_topic()
+        produce(kafka, self.name, awkward_rows(50, 1))
+        self.cfg = TopicConfig(name=self.name, group=f"g-{uuid.uuid4().hex[:8]}", slice_records=4)
+        self.store = swift.store()
+        self.prefix = layout.join(self.store.params.prefix, self.cfg.prefix)
+        self.docs = {}
+        for start in (0, 10, 20):
+            done = archive_range(OffsetRange(self.name, 0, start, start + 10), self.cfg, kafka, self.store, spark)
+            self.docs[start] = done.manifest
+        assert kafka.committed(self.name, [0], self.cfg.group) == {0: 30}
+
+    def verify(self, sample: int | None = 0) -> Report:
+        return verify_topic(self.kafka, self.store, self.prefix, self.cfg, sample)
+
+    def manifest_name(self, start: int, end: int | None = None) -> str:
+        return layout.manifest_name(self.prefix, OffsetRange(self.name, 0, start, end or start + 10))
+
+
+@pytest.fixture
+def archive(kafka, swift, spark, new_topic):
+    a = Archive(kafka, swift, spark, new_topic)
+    yield a
+    a.store.close()
+
+
+def only(report: Report, kind: str) -> Problem:
+    assert not report.loss, report.render()
+    assert len(report.problems) == 1 and report.problems[0].kind == kind, report.render()
+    return report.problems[0]
+
+
+def test_a_sound_archive_verifies_ok_with_sampling_and_in_full(archive):
+    plain = archive.verify()
+    assert plain.ok, plain.render()
+    assert plain.totals() == {"manifests": 3, "objects": 9, "records": 30,
+                              "bytes": sum(d["bytes"] for d in archive.docs.values())}
+    assert plain.compared == 0
+    (p0,) = plain.partitions
+    assert (p0.log_start, p0.log_end, p0.committed, p0.first_archived, p0.archived_end) == (0, 50, 30, 0, 30)
+    sampled = archive.verify(sample=3)
+    assert sampled.ok and sampled.compared == 9, sampled.render()
+    full = archive.verify(sample=None)
+    assert full.ok and full.compared == 30, full.render()
+
+
+def test_a_deleted_object_is_reported_missing_by_name(archive):
+    o = archive.docs[10]["objects"][1]
+    archive.store.delete(o["name"])
+    p = only(archive.verify(sample=None), MISSING)
+    assert (p.partition, p.start, p.end, p.name) == (0, o["first_offset"], o["last_offset"] + 1, o["name"])
+    assert p.message == (f"{archive.name}/0[10, 20): object {o['name']} of the manifest is missing from Swift")
+
+
+def test_a_corrupted_object_is_reported_by_its_md5_or_its_size(archive):
+    o = archive.docs[0]["objects"][0]
+    data = archive.store.get(o["name"])
+    archive.store.put(o["name"], data[:-9] + bytes(b ^ 0xFF for b in data[-9:]))  # same size
+    p = only(archive.verify(), MD5)
+    assert p.name == o["name"] and f"the manifest says {o['md5']}" in p.message
+    archive.store.put(o["name"], data + b"\0")
+    p = only(archive.verify(), SIZE)
+    assert p.name == o["name"] and f"has {len(data) + 1} bytes" in p.message and f"says {o['bytes']} bytes" in p.message
+
+
+def test_an_overlapping_extra_manifest_is_reported_with_the_offsets_held_twice(archive, swift):
+    # A sound range [5, 15), archived under another prefix, copied next to the others.
+    other = TopicConfig(name=archive.name, group=f"g-{uuid.uuid4().hex[:8]}", prefix="other", slice_records=4)
+    done = archive_range(OffsetRange(archive.name, 0, 5, 15), other, archive.kafka, archive.store, archive.spark)
+    src = layout.range_dir(layout.join(archive.store.params.prefix, "other"), OffsetRange(archive.name, 0, 5, 15))
+    dst = layout.range_dir(archive.prefix, OffsetRange(archive.name, 0, 5, 15))
+    doc = json.loads(json.dumps(done.manifest).replace(src, dst))
+    for o in done.manifest["objects"]:
+        archive.store.put(o["name"].replace(src, dst), archive.store.get(o["name"]))
+    archive.store.put_json(layout.join(dst, layout.MANIFEST), doc)
+
+    report = archive.verify(sample=None)
+    assert not report.loss and _kinds(report.problems) == [(OVERLAP, 5, 10), (OVERLAP, 10, 15)], report.render()
+    assert report.problems[0].message == (f"{archive.name}/0: manifests [0, 10) and [5, 15) both hold offsets [5, 10): "
+                                          "every offset must be in exactly one manifest")
+
+
+def test_a_deleted_manifest_is_reported_as_the_gap_it_leaves(archive):
+    archive.store.delete(archive.manifest_name(10))
+    report = archive.verify(sample=2)
+    p = only(report, GAP)
+    assert (p.start, p.end) == (10, 20) and "below the committed offset 30" in p.message
+    assert any("[10, 20): 3 object(s) but no manifest" in n for n in report.notes)
+
+
+def test_a_committed_offset_moved_past_the_archive_is_reported_uncovered(archive):
+    archive.kafka.commit(archive.name, {0: 42}, archive.cfg.group)
+    p = only(archive.verify(), UNCOVERED)
+    assert (p.start, p.end) == (30, 42)
+    assert f"committed (group {archive.cfg.group} at 42) but in no manifest: the archive ends at 30" in p.message
+
+
+def test_records_deleted_before_they_were_archived_are_loss_not_problems(archive):
+    delete_records(archive.kafka, archive.name, 0, 40)
+    report = archive.verify(sample=None)  # also: expired records are not compared, not missed
+    assert not report.problems and _kinds(report.loss) == [(LOSS, 30, 40)], report.render()
+    assert not report.ok and report.lost_offsets == 10 and report.compared == 0
+
+
+def test_an_archived_record_that_differs_from_kafkas_is_found_by_a_full_comparison(archive):
+    # Rewrite one object with one header changed, and its manifest entry to match, so only
+    # the comparison with Kafka can tell.
+    doc = archive.docs[20]
+    o = doc["objects"][1]
+    rows = records.decode(archive.store.get(o["name"]), "parquet").to_pylist()
+    rows[1]["headers"] = [{"key": "h", "value": b"forged"}]
+    data = records.encode(pa.Table.from_pylist(rows, schema=records.SCHEMA), "parquet")
+    archive.store.put(o["name"], data)
+    o.update(bytes=len(data), md5=hashlib.md5(data).hexdigest())
+    archive.store.put_json(archive.manifest_name(20), doc)
+
+    assert archive.verify().ok  # sizes, checksums and counts all agree
+    p = only(archive.verify(sample=None), DIFFERS)
+    assert p.message == (f"{archive.name}/0[20, 30): 1 of 10 records compared with Kafka differ; first: record at "
+                         f"offset {rows[1]['offset']} differs in headers (object {o['name']})")
+    assert only(archive.verify(sample=10), DIFFERS).message == p.message
+
+
+def test_a_manifest_that_lies_about_its_objects_is_reported(archive):
+    doc = archive.docs[0]
+    doc["objects"][0]["records"] += 1
+    doc["records"] += 1
+    doc["objects"][2]["last_offset"] = 10  # past the range's end
+    archive.store.put_json(archive.manifest_name(0), doc)
+    report = archive.verify()
+    kinds = sorted(p.kind for p in report.problems)
+    assert kinds == [OFFSETS, OFFSETS, "records"], report.render()
+    assert not [p for p in report.problems if p.kind == MANIFEST]
+
+
+def test_the_verify_job_fails_with_the_report_and_counts(archive, swift):
+    job = verify_job([archive.cfg])
+    config = {"ops": {"verify_archive": {"config": {"topic": archive.name, "sample": -1}}}}
+    good = job.execute_in_process(run_config=config, resources={"kafka": archive.kafka, "swift": swift})
+    assert good.success
+    (ok_event,) = [e for e in good.all_events if e.event_type_value == "STEP_OUTPUT"]
+    meta = ok_event.event_specific_data.metadata
+    assert meta["ok"].value is True and meta["compared_with_kafka"].value == 30 and meta["manifests"].value == 3
+
+    archive.store.delete(archive.docs[0]["objects"][0]["name"])
+    archive.store.delete(archive.manifest_name(20))
+    bad = job.execute_in_process(run_config=config, resources={"kafka": archive.kafka, "swift": swift},
+                                 raise_on_error=False)
+    assert not bad.success
+    failure = bad.failure_data_for_node("verify_archive").user_failure_data
+    assert "2 PROBLEM(S)" in failure.description and "is missing from Swift" in failure.description
+    meta = failure.metadata
+    assert (meta["problems"].value, meta["problems_missing"].value, meta["problems_gap"].value) == (2, 1, 0)
+    assert meta["problems_uncovered"].value == 1  # [20, 30) is committed, and now in no manifest
+
+
+def test_the_cli_exits_0_when_sound_and_1_with_the_problems_printed(archive, swift, kafka_server, tmp_path):
+    (tmp_path / "topics.yaml").write_text(f"topics:\n  - name: {archive.name}\n    group: {archive.cfg.group}\n")
+    env = {**os.environ, "MATOS_TOPICS_FILE": str(tmp_path / "topics.yaml"),
+           "MATOS_KAFKA_BOOTSTRAP_SERVERS": kafka_server.bootstrap_servers,
+           "MATOS_SWIFT_AUTH_URL": swift.auth_url, "MATOS_SWIFT_CONTAINER": swift.container}
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "matos_dagster.verify", "--topic", archive.name, *args],
+                              env=env, capture_output=True, text=True, timeout=120)
+
+    p = cli("--sample", "2")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert f"verify {archive.name}: OK" in p.stdout and "3 manifests, 9 objects, 30 records" in p.stdout
+    archive.store.delete(archive.docs[10]["objects"][0]["name"])
+    p = cli("--full")
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "1 PROBLEM(S)" in p.stdout and "[missing]" in p.stdout and archive.docs[10]["objects"][0]["name"] in p.stdout
