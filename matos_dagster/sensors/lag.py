@@ -53,12 +53,14 @@ def lag_sensor(topic: TopicConfig, partitions: DynamicPartitionsDefinition, inte
         avg_bytes = _average_record_bytes(context, asset_key)
         now_ms = int(time.time() * 1000)
 
+        states = {p: PartitionState.from_json(cursor.get(str(p), {})) for p in parts}
+        runs = _run_states(context, [s for s in states.values() if s.key and not s.done])
         requests, new_keys, reasons = [], [], []
         for p in parts:
-            state = PartitionState.from_json(cursor.get(str(p), {}))
+            state = states[p]
             low, high = marks[p]
             offsets = Offsets(low, high, committed[p])
-            run = _run_state(context, state) if state.key and not state.done else None
+            run = runs.get(_run_key(state)) if state.key and not state.done else None
             oldest = None
             start = policy.start_of_next(state, offsets)
             if run is None and start < high and state.oldest_start != start:
@@ -87,18 +89,28 @@ def lag_sensor(topic: TopicConfig, partitions: DynamicPartitionsDefinition, inte
     return _lag
 
 
-def _run_state(context: SensorEvaluationContext, state: PartitionState) -> str:
-    run_key = state.key if state.attempt <= 1 else f"{state.key}#{state.attempt}"
+def _run_key(state: PartitionState) -> str:
+    return state.key if state.attempt <= 1 else f"{state.key}#{state.attempt}"
+
+
+def _run_states(context: SensorEvaluationContext, in_flight: list[PartitionState]) -> dict[str, str]:
+    """IN_FLIGHT, SUCCEEDED or FAILED for the latest run of each state's key: one query a tick."""
+    keys = [_run_key(s) for s in in_flight]
+    out = {k: IN_FLIGHT for k in keys}  # requested, but the daemon may not have created the run yet
+    if not keys:
+        return out
     runs = context.instance.get_runs(
-        filters=RunsFilter(tags={RUN_KEY_TAG: run_key, SENSOR_NAME_TAG: context.sensor_name}), limit=1
+        filters=RunsFilter(tags={RUN_KEY_TAG: keys, SENSOR_NAME_TAG: context.sensor_name})
     )
-    if not runs:
-        return IN_FLIGHT  # requested, but the daemon has not created the run yet
-    if runs[0].status == DagsterRunStatus.SUCCESS:
-        return SUCCEEDED
-    if runs[0].status in _FAILED:
-        return FAILED
-    return IN_FLIGHT
+    for run in reversed(runs):  # newest last, so it wins
+        key = run.tags.get(RUN_KEY_TAG)
+        if run.status == DagsterRunStatus.SUCCESS:
+            out[key] = SUCCEEDED
+        elif run.status in _FAILED:
+            out[key] = FAILED
+        else:
+            out[key] = IN_FLIGHT
+    return out
 
 
 def _average_record_bytes(context: SensorEvaluationContext, asset_key: AssetKey) -> float | None:
