@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
@@ -119,3 +120,26 @@ def delete_records(kafka, topic: str, partition: int, before: int) -> None:
     tp = TopicPartition(topic, partition, before)
     admin = kafka.admin()  # must outlive the future
     admin.delete_records([tp])[tp].result(30)
+
+
+def user_env(folder, kafka_server, swift_server, topics_yaml: str, container: str, **settings: str) -> dict:
+    """The environment of a `dagster` CLI user whose MATOS_ settings point at the test stack.
+
+    Writes `topics.yaml` and a DAGSTER_HOME (with the project's dagster.yaml) into `folder`.
+    """
+    from matos_dagster.settings import PROJECT_ROOT
+
+    (folder / "topics.yaml").write_text(topics_yaml)
+    home = folder / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text((PROJECT_ROOT / "dagster.yaml").read_text())
+    return {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "MATOS_TOPICS_FILE": str(folder / "topics.yaml"),
+        "MATOS_KAFKA_BOOTSTRAP_SERVERS": kafka_server.bootstrap_servers,
+        "MATOS_SWIFT_AUTH_URL": swift_server.auth_url,
+        "MATOS_SWIFT_CONTAINER": container,
+        "MATOS_SPARK_MASTER": "local[2]",
+        **settings,
+    }

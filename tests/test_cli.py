@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from dagster import AssetCheckKey, AssetKey, DagsterInstance
 
-from helpers import check_archive, manifests, read_archive, read_kafka
+from helpers import check_archive, manifests, read_archive, read_kafka, user_env
 from matos_dagster.resources import SwiftResource
 from matos_dagster.settings import PROJECT_ROOT
 
@@ -23,19 +23,8 @@ DAGSTER = str(Path(sys.executable).parent / "dagster")
 def project(tmp_path, kafka_server, swift_server):
     """Environment of a user whose MATOS_ settings point at the test stack."""
     topic = f"cli-{uuid.uuid4().hex[:8]}"
-    (tmp_path / "topics.yaml").write_text(f"topics:\n  - name: {topic}\n    max_range_records: 400\n")
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    (home / "dagster.yaml").write_text((PROJECT_ROOT / "dagster.yaml").read_text())
-    env = {
-        **os.environ,
-        "DAGSTER_HOME": str(home),
-        "MATOS_TOPICS_FILE": str(tmp_path / "topics.yaml"),
-        "MATOS_KAFKA_BOOTSTRAP_SERVERS": kafka_server.bootstrap_servers,
-        "MATOS_SWIFT_AUTH_URL": swift_server.auth_url,
-        "MATOS_SWIFT_CONTAINER": f"cli-{uuid.uuid4().hex[:8]}",
-        "MATOS_SPARK_MASTER": "local[2]",
-    }
+    env = user_env(tmp_path, kafka_server, swift_server, f"topics:\n  - name: {topic}\n    max_range_records: 400\n",
+                   container=f"cli-{uuid.uuid4().hex[:8]}")
     return topic, env, tmp_path
 
 

@@ -7,7 +7,6 @@ field by field with the original records: key, value, headers, timestamp and its
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import uuid
@@ -16,10 +15,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from helpers import produce, read_kafka
+from helpers import produce, read_kafka, user_env
 from matos_dagster.ranges import OffsetRange
 from matos_dagster.restore import Fault, Request, RestoreRefused, restore
-from matos_dagster.settings import PROJECT_ROOT
 from test_archive import awkward_rows
 from test_reader import BASE_MS, archive_in_ranges, config, stamped
 
@@ -186,19 +184,7 @@ def test_the_restore_job_runs_from_the_dagster_cli(kafka, swift, swift_server, k
     with swift.store() as store:
         topic = archived_topic(kafka, store, spark, new_topic, 60, partitions=2, range_size=20)
     target = f"cli-restored-{uuid.uuid4().hex[:8]}"  # created by the restore
-    (tmp_path / "topics.yaml").write_text(f"topics:\n  - name: {topic}\n")
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    (home / "dagster.yaml").write_text((PROJECT_ROOT / "dagster.yaml").read_text())
-    env = {
-        **os.environ,
-        "DAGSTER_HOME": str(home),
-        "MATOS_TOPICS_FILE": str(tmp_path / "topics.yaml"),
-        "MATOS_KAFKA_BOOTSTRAP_SERVERS": kafka_server.bootstrap_servers,
-        "MATOS_SWIFT_AUTH_URL": swift_server.auth_url,
-        "MATOS_SWIFT_CONTAINER": swift.container,
-        "MATOS_SPARK_MASTER": "local[2]",
-    }
+    env = user_env(tmp_path, kafka_server, swift_server, f"topics:\n  - name: {topic}\n", container=swift.container)
     (tmp_path / "restore.yaml").write_text(json.dumps({"ops": {"restore_records": {"config": {
         "topic": topic, "partition": 1, "start": 10, "end": 60, "target_topic": target}}}}))
     p = subprocess.run([DAGSTER, "job", "execute", "-m", "matos_dagster.definitions", "-j", "restore",
