@@ -34,7 +34,7 @@ status:
 	$(BIN)/python -m matos_dagster.devstack status
 
 # The local stack, then the Dagster UI and daemon on http://127.0.0.1:3000 (Ctrl-C stops Dagster;
-# `make down` stops Kafka and Swift).
+# `make down` stops Kafka, Swift and Spark Connect).
 run: up $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/python -m matos_dagster.devstack demo-data
 	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(DAGSTER_PORT)

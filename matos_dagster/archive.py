@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from matos_dagster import layout, manifest
+from matos_dagster.spark_tasks import run_tasks
 from matos_dagster.ranges import OffsetRange, contiguous_end
 from matos_dagster.slice_task import SliceJob, archive_slice
 from matos_dagster.store import Store
@@ -121,9 +122,7 @@ def archive_range(
         for s in slices
     ]
     say(f"{r}: archiving in {len(jobs)} Spark task(s) of up to {topic.slice_records} offsets")
-    sc = spark.sparkContext
-    sc.setJobDescription(f"archive {r}")
-    objects = [o for written in sc.parallelize(jobs, len(jobs)).map(archive_slice).collect() for o in written]
+    objects = [o for written in run_tasks(spark, archive_slice, jobs, f"archive {r}") for o in written]
     _fault("after-objects")
 
     doc = manifest.build(r, topic.format, objects)

@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 
 from matos_dagster import layout, records
 from matos_dagster.ranges import OffsetRange
+from matos_dagster.spark_tasks import item_frame
 from matos_dagster.store import Store, SwiftParams
 
 _PARTITION_DIR = re.compile(r"partition=(\d+)/?$")
@@ -200,6 +201,9 @@ SPARK_DDL = (
     "topic string, partition int, offset bigint, timestamp timestamp, timestamp_type string, "
     "key binary, value binary, headers array<struct<key: string, value: binary>>"
 )
+# The archive's Arrow schema as Spark takes it in: Spark timestamps are microseconds.
+SPARK_SCHEMA = records.SCHEMA.set(
+    records.SCHEMA.get_field_index("timestamp"), pa.field("timestamp", pa.timestamp("us", tz="UTC")))
 
 
 @dataclass(frozen=True)
@@ -242,25 +246,14 @@ def read_dataframe(
         ]
     if not tasks:
         return spark.createDataFrame([], SPARK_DDL)
-    rdd = spark.sparkContext.parallelize(tasks, len(tasks)).mapPartitions(_object_rows)
-    return spark.createDataFrame(rdd, SPARK_DDL, verifySchema=False)
+    return item_frame(spark, tasks, _object_batches, SPARK_DDL)
 
 
-def _object_rows(tasks: Iterator[ObjectTask]) -> Iterator[tuple]:
-    """Runs on an executor: the rows of its objects, as tuples in SPARK_DDL's column order."""
-    store = None
-    try:
-        for t in tasks:
-            if store is None:
-                store = Store(t.swift)
-            table = filter_rows(read_object(store, t.name, t.format), t.window)
-            cols = [table[c].to_pylist() for c in records.SCHEMA.names]
-            # Headers: Arrow gives dicts, Spark's struct wants tuples in field order.
-            cols[-1] = [[(h["key"], h["value"]) for h in hs] if hs is not None else None for hs in cols[-1]]
-            yield from zip(*cols)
-    finally:
-        if store is not None:
-            store.close()
+def _object_batches(task: ObjectTask) -> Iterator[pa.RecordBatch]:
+    """Runs on an executor: the selected rows of one object, typed as SPARK_DDL says."""
+    with Store(task.swift) as store:
+        table = filter_rows(read_object(store, task.name, task.format), task.window)
+    yield from table.cast(SPARK_SCHEMA).to_batches()
 
 
 def _store(store_or_params: Store | SwiftParams) -> tuple[Store, bool]:

@@ -48,6 +48,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from matos_dagster import reader
 from matos_dagster.ranges import OffsetRange, parse_key
 from matos_dagster.reader import Window
+from matos_dagster.spark_tasks import run_tasks
 from matos_dagster.store import Store, SwiftParams
 
 log = logging.getLogger(__name__)
@@ -258,12 +259,11 @@ def restore(
         f"({'same partitions' if req.keep_partition else 'partitioned by key'}); progress marker: group "
         f"{req.marker_group}, committed {_show(markers)}"
     )
-    sc = spark.sparkContext
     plan_waves = waves(units)
     done = 0
     for i, wave in enumerate(plan_waves, 1):
-        sc.setJobDescription(f"restore {req.topic} -> {req.target_topic}: wave {i}/{len(plan_waves)}")
-        results = sc.parallelize(wave, len(wave)).map(restore_unit).collect()
+        results = run_tasks(spark, restore_unit, wave,
+                            f"restore {req.topic} -> {req.target_topic}: wave {i}/{len(plan_waves)}")
         for res in results:
             done += 1
             report.units.append(res)

@@ -53,7 +53,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("MATOS_SWIFT_RETRIES", "5", "Retries of a failed Swift request (with back-off) before failing."),
     Setting("MATOS_SWIFT_TIMEOUT_S", "60", "Seconds to wait for one Swift request."),
     # Spark
-    Setting("MATOS_SPARK_MASTER", "local[*]", "`spark.master`: `local[*]` or e.g. `spark://host:7077`."),
+    Setting("MATOS_SPARK_MASTER", "sc://127.0.0.1:15002",
+            "A Spark Connect server (`sc://host:port`; the local stack runs one), or a `spark.master` for a "
+            "driver per run: `local[*]`, `spark://host:7077`."),
     Setting("MATOS_SPARK_CONF", "",
             "More Spark settings, `key=value` pairs separated by `;` "
             "(e.g. `spark.executor.memory=2g;spark.ui.enabled=false`)."),
@@ -68,6 +70,8 @@ SETTINGS: tuple[Setting, ...] = (
             "Download cache of the local stack (Kafka jars, Swift venv); empty: `<MATOS_DEVSTACK_DIR>/cache`."),
     Setting("MATOS_DEVSTACK_KAFKA_PORT", "9092", "Port of the local Kafka broker."),
     Setting("MATOS_DEVSTACK_SWIFT_PORT", "8080", "Port of the local Swift proxy."),
+    Setting("MATOS_DEVSTACK_SPARK_PORT", "15002",
+            "Port of the local Spark Connect server (`MATOS_SPARK_MASTER=sc://127.0.0.1:<port>` uses it)."),
 )
 
 BY_NAME = {s.name: s for s in SETTINGS}

@@ -25,7 +25,7 @@ def answers(url: str) -> bool:
 
 
 def test_make_run_brings_up_everything_and_archives_the_demo_records(tmp_path, output_dir):
-    kport, sport, dport = free_port(), free_port(), free_port()
+    kport, sport, cport, dport = free_port(), free_port(), free_port(), free_port()
     env = {
         **os.environ,
         "MATOS_DEVSTACK_DIR": str(tmp_path / "devstack"),
@@ -34,8 +34,9 @@ def test_make_run_brings_up_everything_and_archives_the_demo_records(tmp_path, o
         "MATOS_DEVSTACK_SWIFT_PORT": str(sport),
         "MATOS_KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{kport}",
         "MATOS_SWIFT_AUTH_URL": f"http://127.0.0.1:{sport}/auth/v1.0",
+        "MATOS_DEVSTACK_SPARK_PORT": str(cport),
+        "MATOS_SPARK_MASTER": f"sc://127.0.0.1:{cport}",  # the stack's Spark Connect server, like the default
         "MATOS_SENSOR_INTERVAL_S": "10",
-        "MATOS_SPARK_MASTER": "local[1]",
     }
     log = open(output_dir / "make-run.log", "wb")
     make = subprocess.Popen(["make", "run", f"DAGSTER_PORT={dport}"], cwd=PROJECT_ROOT, env=env,

@@ -1,12 +1,15 @@
-"""`python -m matos_dagster.devstack up|down|status`: the local Kafka + Swift stack.
+"""`python -m matos_dagster.devstack up|down|status`: the local Kafka + Swift + Spark Connect stack.
 
-    up      install what is missing, start Kafka and Swift (if not running), wait until
-            both answer, print where they are
+    up      install what is missing, start Kafka, Swift and Spark Connect (if not
+            running), wait until each answers, print where they are
     down    stop every process of the stack, by the PID recorded when it was started
     status  print each process's state, PID, port and log file; exit 0 if all run, else 1
 
 Settings (see matos_dagster/settings.py): MATOS_DEVSTACK_DIR, MATOS_DEVSTACK_CACHE,
-MATOS_DEVSTACK_KAFKA_PORT, MATOS_DEVSTACK_SWIFT_PORT.
+MATOS_DEVSTACK_KAFKA_PORT, MATOS_DEVSTACK_SWIFT_PORT, MATOS_DEVSTACK_SPARK_PORT.
+
+The Spark Connect server reuses its Python workers, which keep the modules they imported:
+after changing the project's code, run `down` and `up` again for Spark tasks to see it.
 
 A new subcommand is one more entry in COMMANDS: a function taking the parsed arguments
 and returning the exit code, its help line, and optionally a function adding its options.
@@ -37,7 +40,7 @@ PROG = "python -m matos_dagster.devstack"
 def up(args: argparse.Namespace) -> int:
     began = time.monotonic()
     stack = local_stack()
-    kafka, swift = stack
+    kafka, swift, spark = stack
     with locked():
         check_ports(stack)
         if not kafka.installed():
@@ -60,12 +63,25 @@ def up(args: argparse.Namespace) -> int:
                 kafka.stop()  # leave things as they were
             raise
         _say(f"Swift {SWIFT_VERSION}: {_how(swift_was_running, t)}")
+        spark_was_running = spark.running()
+        t = time.monotonic()
+        try:
+            spark.start()  # stops its process again if it fails
+        except BaseException:
+            if not swift_was_running:
+                swift.stop()
+            if not kafka_was_running:
+                kafka.stop()
+            raise
+        _say(f"Spark Connect {spark.version}: {_how(spark_was_running, t)}")
 
     print(f"\nThe local stack is up ({time.monotonic() - began:.1f} s).")
     print(f"  Kafka bootstrap servers  {kafka.bootstrap_servers}")
     print(f"  Swift auth URL           {swift.auth_url}  (auth v1.0, user {swift.user}, key {swift.key})")
+    print(f"  Spark Connect            {spark.url}  ({spark.master})")
     _hint("MATOS_KAFKA_BOOTSTRAP_SERVERS", kafka.bootstrap_servers)
     _hint("MATOS_SWIFT_AUTH_URL", swift.auth_url)
+    _hint("MATOS_SPARK_MASTER", spark.url)
     print("  Logs")
     for server in servers(stack):
         print(f"    {server.name:<15} {server.log_file}")
@@ -78,6 +94,7 @@ def down(args: argparse.Namespace) -> int:
     stack = local_stack()
     with locked():
         running = [s for s in servers(stack) if s.pid is not None]
+        stack.spark.stop()
         stack.swift.stop()
         stack.kafka.stop()
     if not running:
@@ -130,8 +147,8 @@ def demo(args: argparse.Namespace) -> int:
 
 
 COMMANDS: dict[str, Command] = {
-    "up": Command(up, "install what is missing, start Kafka and Swift, wait until both answer"),
-    "down": Command(down, "stop Kafka and Swift (by the PIDs recorded when they started)"),
+    "up": Command(up, "install what is missing, start Kafka, Swift and Spark Connect, wait until each answers"),
+    "down": Command(down, "stop Spark Connect, Swift and Kafka (by the PIDs recorded when they started)"),
     "status": Command(status, "show PIDs, ports and log files; exit 0 if all run, 1 otherwise"),
     "demo-data": Command(demo_data, "produce demo records to the `demo` topic (needs the stack up)"),
     "demo": Command(demo, "load demo records, archive everything pending, print where it is in Swift"),
@@ -141,7 +158,7 @@ COMMANDS: dict[str, Command] = {
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description="The local stack: a Kafka broker and a Swift all-in-one on 127.0.0.1.",
+        description="The local stack: a Kafka broker, a Swift all-in-one and a Spark Connect server on 127.0.0.1.",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, command in COMMANDS.items():
@@ -177,6 +194,7 @@ def _hint(name: str, value: str) -> None:
 def _print_endpoints(stack: LocalStack) -> None:
     print(f"Kafka bootstrap servers: {stack.kafka.bootstrap_servers}")
     print(f"Swift auth URL: {stack.swift.auth_url} (user {stack.swift.user})")
+    print(f"Spark Connect: {stack.spark.url}")
 
 
 if __name__ == "__main__":

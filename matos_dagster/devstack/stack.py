@@ -1,11 +1,13 @@
-"""The local stack: one Kafka broker and one Swift all-in-one, under `MATOS_DEVSTACK_DIR`.
+"""The local stack: one Kafka broker, one Swift all-in-one and one Spark Connect server,
+under `MATOS_DEVSTACK_DIR`.
 
     <MATOS_DEVSTACK_DIR>/
       data/kafka/    the broker's data folder (see kafka.py)
       data/swift/    Swift's data folder (see swift.py)
+      data/spark/    the Spark Connect server's data folder (see spark.py)
       cache/         downloads: Kafka's jars, Swift's venv (MATOS_DEVSTACK_CACHE moves it)
 
-`local_stack()` builds the two server objects from the settings; starting, stopping and
+`local_stack()` builds the three server objects from the settings; starting, stopping and
 status are theirs. `python -m matos_dagster.devstack` is the command line over this.
 """
 
@@ -14,16 +16,19 @@ from __future__ import annotations
 import configparser
 import contextlib
 import fcntl
+import itertools
 from pathlib import Path
 from typing import NamedTuple
 
 from matos_dagster import settings
 from matos_dagster.devstack import process
 from matos_dagster.devstack.kafka import KafkaServer
+from matos_dagster.devstack.spark import SparkConnectServer
 from matos_dagster.devstack.swift import BACKENDS, SwiftServer
 
 KAFKA_PORT_SETTING = "MATOS_DEVSTACK_KAFKA_PORT"
 SWIFT_PORT_SETTING = "MATOS_DEVSTACK_SWIFT_PORT"
+SPARK_PORT_SETTING = "MATOS_DEVSTACK_SPARK_PORT"
 
 
 class StackError(Exception):
@@ -33,6 +38,7 @@ class StackError(Exception):
 class LocalStack(NamedTuple):
     kafka: KafkaServer
     swift: SwiftServer
+    spark: SparkConnectServer
 
 
 def devstack_dir() -> Path:
@@ -45,30 +51,33 @@ def cache_dir() -> Path:
 
 
 def local_stack() -> LocalStack:
-    """The Kafka broker and the Swift all-in-one of this project's local stack (not started)."""
+    """The Kafka broker, Swift all-in-one and Spark Connect server of the local stack (not started)."""
     root, cache = devstack_dir(), cache_dir()
     kafka = KafkaServer(root / "data" / "kafka", cache, port=_port(KAFKA_PORT_SETTING))
     swift = SwiftServer(root / "data" / "swift", cache, proxy_port=_port(SWIFT_PORT_SETTING))
+    spark = SparkConnectServer(root / "data" / "spark", port=_port(SPARK_PORT_SETTING))
     if not kafka.controller_port:
         # First start: pick the controller's port now, away from the ports the settings
         # name (free_port alone could hand out the Swift proxy's before Swift listens).
-        taken = {kafka.port, swift.proxy_port, *(p for p in swift.ports().values() if p)}
+        taken = {kafka.port, swift.proxy_port, spark.port, *(p for p in swift.ports().values() if p)}
         while not kafka.controller_port or kafka.controller_port in taken:
             kafka.controller_port = process.free_port()
-    return LocalStack(kafka, swift)
+    return LocalStack(kafka, swift, spark)
 
 
 def check_ports(stack: LocalStack) -> None:
     """Raise StackError, naming the setting to change, if a port the stack needs is not free."""
-    kafka, swift = stack
-    if kafka.port == swift.proxy_port:
-        raise StackError(
-            f"{KAFKA_PORT_SETTING} and {SWIFT_PORT_SETTING} are both {kafka.port}; set one of them to another port")
+    kafka, swift, spark = stack
+    settings_ports = ((KAFKA_PORT_SETTING, kafka.port), (SWIFT_PORT_SETTING, swift.proxy_port),
+                      (SPARK_PORT_SETTING, spark.port))
+    for (first, port), (second, other) in itertools.combinations(settings_ports, 2):
+        if port == other:
+            raise StackError(f"{first} and {second} are both {port}; set one of them to another port")
     # Ports picked on a first start and saved in the data folders.
     internal = {p: f"the local Swift's {b} server" for b, p in swift.ports().items() if b in BACKENDS and p}
     if kafka.controller_port:
         internal[kafka.controller_port] = "the local Kafka's controller"
-    for port, setting in ((kafka.port, KAFKA_PORT_SETTING), (swift.proxy_port, SWIFT_PORT_SETTING)):
+    for setting, port in settings_ports:
         if port in internal:
             raise StackError(f"port {port} is used by {internal[port]}; set {setting} to another port")
 
@@ -76,6 +85,7 @@ def check_ports(stack: LocalStack) -> None:
     for what, port, setting, actual in (
         ("Kafka", kafka.port, KAFKA_PORT_SETTING, running["kafka"]),
         ("the Swift proxy", swift.proxy_port, SWIFT_PORT_SETTING, running["swift"]),
+        ("Spark Connect", spark.port, SPARK_PORT_SETTING, running["spark"]),
     ):
         if actual is not None and actual != port:
             raise StackError(
@@ -88,9 +98,9 @@ def check_ports(stack: LocalStack) -> None:
 
 
 def running_ports(stack: LocalStack) -> dict[str, int | None]:
-    """The ports the running Kafka broker and Swift proxy were started on (None: not running)."""
-    kafka, swift = stack
-    kafka_port = swift_port = None
+    """The ports the running Kafka broker, Swift proxy and Spark Connect server were started on (None: not running)."""
+    kafka, swift, spark = stack
+    kafka_port = swift_port = spark_port = None
     if kafka.running():
         # Saved in its data folder at start; a server object without a port reads it.
         kafka_port = KafkaServer(kafka.data_dir, kafka.cache_dir).port
@@ -98,7 +108,9 @@ def running_ports(stack: LocalStack) -> dict[str, int | None]:
         conf = configparser.ConfigParser(interpolation=None)
         conf.read(swift.conf_files["proxy"])
         swift_port = conf.getint("DEFAULT", "bind_port", fallback=None)
-    return {"kafka": kafka_port, "swift": swift_port}
+    if spark.running():
+        spark_port = SparkConnectServer(spark.data_dir).port  # saved in its data folder too
+    return {"kafka": kafka_port, "swift": swift_port, "spark": spark_port}
 
 
 @contextlib.contextmanager
@@ -132,11 +144,12 @@ class Server(NamedTuple):
 
 
 def servers(stack: LocalStack) -> list[Server]:
-    """Kafka and the four Swift servers: PID if running, port (the one it runs on), log file."""
-    kafka, swift = stack
+    """Kafka, the four Swift servers and Spark Connect: PID if running, port (the one it runs on), log file."""
+    kafka, swift, spark = stack
     actual = running_ports(stack)
     rows = [Server("kafka", kafka.status()["pid"], actual["kafka"] or kafka.port, kafka.log_file)]
     for name, entry in swift.status()["servers"].items():
         port = (actual["swift"] or entry["port"]) if name == "proxy" else entry["port"]
         rows.append(Server(f"swift {name}", entry["pid"], port, Path(entry["log_file"])))
+    rows.append(Server("spark connect", spark.status()["pid"], actual["spark"] or spark.port, spark.log_file))
     return rows

@@ -1,9 +1,17 @@
-"""Spark, through dagster-pyspark: a session made only when an asset first asks for it."""
+"""Spark, through dagster-pyspark: a session made only when an asset first asks for it.
+
+`master` is either a Spark master (`local[*]`, `spark://host:7077`: the run process starts
+its own driver JVM, some seconds per run) or a Spark Connect server (`sc://host:15002`, as
+the local stack runs: the run is a thin client of a long-lived Spark, which saves that
+start on every run). The archive's tasks run the same way on both (spark_tasks.py).
+"""
 
 from __future__ import annotations
 
 import os
+import socket
 import sys
+from urllib.parse import urlsplit
 from typing import Any
 
 from dagster import ConfigurableResource
@@ -33,10 +41,31 @@ def parse_conf(text: str) -> dict[str, str]:
     return conf
 
 
+def _check_reachable(url: str, timeout_s: float = 5.0) -> None:
+    """Fail now, naming the setting, if no server listens: the Connect client would retry for minutes."""
+    try:
+        where = urlsplit(url.split(";", 1)[0])
+        host, port = where.hostname, where.port or 15002
+    except ValueError as e:
+        raise ValueError(f"MATOS_SPARK_MASTER: {url!r} is not sc://host:port ({e})") from None
+    if not host:
+        raise ValueError(f"MATOS_SPARK_MASTER: {url!r} is not sc://host:port")
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError as e:
+        raise ConnectionError(
+            f"no Spark Connect server answers at {host}:{port} ({e}); start the local stack's with "
+            "`make up`, or set MATOS_SPARK_MASTER to a running server or to local[*]"
+        ) from None
+
+
 class SparkResource(ConfigurableResource):
     """A Spark session; `master` may be `local[*]` or a cluster (`spark://host:7077`)."""
 
-    master: str = Field(default="local[*]", description="spark.master (MATOS_SPARK_MASTER).")
+    master: str = Field(
+        default="local[*]",
+        description="spark.master, or a Spark Connect server as sc://host:port (MATOS_SPARK_MASTER).",
+    )
     conf: str = Field(
         default="",
         description="More Spark settings, `key=value;key=value` (MATOS_SPARK_CONF). Never put secrets here: "
@@ -44,12 +73,28 @@ class SparkResource(ConfigurableResource):
     )
     _session: Any = PrivateAttr(default=None)
 
+    @property
+    def is_connect(self) -> bool:
+        return self.master.startswith("sc://")
+
     def spark_config(self) -> dict[str, str]:
+        if self.is_connect:
+            # The server's own settings rule its Spark; a client sends only session settings.
+            return {"spark.sql.session.timeZone": "UTC", **parse_conf(self.conf)}
         return {**DEFAULT_CONF, "spark.master": self.master, **parse_conf(self.conf)}
 
     @property
     def spark_session(self) -> Any:
         if self._session is None:
+            if self.is_connect:
+                from pyspark.sql import SparkSession
+
+                _check_reachable(self.master)
+                builder = SparkSession.builder.remote(self.master)
+                for key, value in self.spark_config().items():
+                    builder = builder.config(key, value)
+                self._session = builder.getOrCreate()
+                return self._session
             # Spark picks its own address from the host name before reading any setting;
             # this keeps it on loopback unless the environment says otherwise.
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -58,3 +103,10 @@ class SparkResource(ConfigurableResource):
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
             self._session = spark_session_from_config(self.spark_config())
         return self._session
+
+    def teardown_after_execution(self, context: Any) -> None:
+        # A Connect session holds state on the server until released; a classic session
+        # ends with the run's process.
+        if self._session is not None and self.is_connect:
+            self._session.stop()
+            self._session = None

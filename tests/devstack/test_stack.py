@@ -49,30 +49,35 @@ def _ok(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
 @pytest.fixture
 def stack_env(tmp_path, monkeypatch):
     """The stack's settings for this test: a temporary folder, free ports, the shared cache."""
-    kafka_port = process.free_port()
-    swift_port = process.free_port()
-    while swift_port == kafka_port:
-        swift_port = process.free_port()
+    ports: list[int] = []
+    while len(ports) < 3:
+        port = process.free_port()
+        if port not in ports:
+            ports.append(port)
+    kafka_port, swift_port, spark_port = ports
     env = {
         "MATOS_DEVSTACK_DIR": str(tmp_path / "devstack"),
         "MATOS_DEVSTACK_CACHE": str(CACHE_DIR),
         "MATOS_DEVSTACK_KAFKA_PORT": str(kafka_port),
         "MATOS_DEVSTACK_SWIFT_PORT": str(swift_port),
+        "MATOS_DEVSTACK_SPARK_PORT": str(spark_port),
     }
     for name, value in env.items():
         monkeypatch.setenv(name, value)  # for the subprocesses and for local_stack() here
     yield env
     # Whatever happened, nothing is left running.
     _cli("down", timeout=120)
-    kafka, swift = local_stack()
+    kafka, swift, spark = local_stack()
+    spark.stop()
     swift.stop()
     kafka.stop()
 
 
 def _records(stack) -> dict[str, tuple[int, int]]:
     """PID and start time of every process, as recorded in its PID file."""
-    kafka, swift = stack
-    files = {"kafka": kafka.pid_file, **{f"swift {s}": f for s, f in swift.pid_files.items()}}
+    kafka, swift, spark = stack
+    files = {"kafka": kafka.pid_file, **{f"swift {s}": f for s, f in swift.pid_files.items()},
+             "spark connect": spark.pid_file}
     records = {}
     for name, pid_file in files.items():
         pid, start_time = map(int, pid_file.read_text().split())
@@ -95,14 +100,19 @@ def _is_live(pid: int, start_time: int) -> bool:
 
 
 def _children(pids: list[int]) -> str:
-    result = subprocess.run(["ps", "-o", "pid=,ppid=,args=", "--ppid", ",".join(map(str, pids))],
+    """The live children of these processes, one `pid ppid args` line each.
+
+    Zombies are left out: spark-submit's bash leaves one (the subshell that ran Spark's
+    launcher) under the JVM it execs into; it has exited already and goes with the JVM.
+    """
+    result = subprocess.run(["ps", "-o", "stat=,pid=,ppid=,args=", "--ppid", ",".join(map(str, pids))],
                             capture_output=True, text=True)
-    return result.stdout.strip()
+    return "\n".join(line.split(None, 1)[1] for line in result.stdout.splitlines() if not line.startswith("Z"))
 
 
 def _all_ports(stack) -> list[int]:
-    kafka, swift = stack
-    return [kafka.port, kafka.controller_port, *swift.ports().values()]
+    kafka, swift, spark = stack
+    return [kafka.port, kafka.controller_port, *swift.ports().values(), spark.port]
 
 
 def _create_topic(bootstrap: str) -> None:
@@ -143,27 +153,49 @@ def _swift(swift) -> Connection:
     return Connection(authurl=swift.auth_url, user="test:tester", key="testing", auth_version="1", retries=1)
 
 
+def _spark_job(url: str) -> None:
+    """A tiny job on the Spark Connect server, with a Python UDF run by the venv's python."""
+    from pyspark.sql import SparkSession
+    from pyspark.sql.functions import udf
+
+    def where(_):
+        import matos_dagster
+
+        return f"{sys.executable} {matos_dagster.__file__}"
+
+    spark = SparkSession.builder.remote(url).getOrCreate()
+    try:
+        assert spark.range(3).count() == 3
+        [row] = spark.range(1).select(udf(where)("id")).collect()
+        assert row[0] == f"{sys.executable} {PROJECT_ROOT / 'matos_dagster' / '__init__.py'}"
+    finally:
+        spark.stop()
+
+
 def test_up_down_status_and_data_survives(stack_env):
     started = time.monotonic()
     result = _ok(_cli("up"))
     up_s = time.monotonic() - started
     stack = local_stack()
-    kafka, swift = stack
+    kafka, swift, spark = stack
     assert f"127.0.0.1:{stack_env['MATOS_DEVSTACK_KAFKA_PORT']}" in result.stdout
+    assert f"sc://127.0.0.1:{stack_env['MATOS_DEVSTACK_SPARK_PORT']}" in result.stdout
+    assert str(spark.log_file) in result.stdout
     assert f"http://127.0.0.1:{stack_env['MATOS_DEVSTACK_SWIFT_PORT']}/auth/v1.0" in result.stdout
     assert "test:tester" in result.stdout
     assert str(kafka.log_file) in result.stdout and str(swift.log_files["proxy"]) in result.stdout
     assert kafka.data_dir == Path(stack_env["MATOS_DEVSTACK_DIR"]) / "data" / "kafka"
     assert swift.data_dir == Path(stack_env["MATOS_DEVSTACK_DIR"]) / "data" / "swift"
+    assert spark.data_dir == Path(stack_env["MATOS_DEVSTACK_DIR"]) / "data" / "spark"
     assert swift.venv.parent == CACHE_DIR
     assert not (Path(stack_env["MATOS_DEVSTACK_DIR"]) / "cache").exists()
 
     records = _records(stack)
     pids = [pid for pid, _ in records.values()]
-    assert len(set(pids)) == 5 and all(_is_live(*r) for r in records.values())
+    assert len(set(pids)) == 6 and all(_is_live(*r) for r in records.values())
     assert _children(pids) == ""  # no server forked a child (nothing could be left behind)
     ports = _all_ports(stack)
-    assert len(set(ports)) == 6 and all(process.port_open(p) for p in ports)
+    assert len(set(ports)) == 7 and all(process.port_open(p) for p in ports)
 
     # Idempotent: a second `up` starts nothing new.
     _ok(_cli("up"))
@@ -177,6 +209,12 @@ def test_up_down_status_and_data_survives(stack_env):
     conn.put_object(CONTAINER, OBJECT, DATA)
     assert conn.get_object(CONTAINER, OBJECT)[1] == DATA
     conn.close()
+    _spark_job(spark.url)
+    # The Python workers the job started (their daemon and its forks), to check `down` ends them.
+    daemons = [int(line.split()[0]) for line in _children([records["spark connect"][0]]).splitlines()]
+    assert daemons, "the UDF started no Python worker"
+    workers = {pid: _proc_stat(pid)[1] for pid in
+               daemons + [int(line.split()[0]) for line in _children(daemons).splitlines()]}
 
     status = _ok(_cli("status"))
     for name, (pid, _) in records.items():
@@ -192,9 +230,12 @@ def test_up_down_status_and_data_survives(stack_env):
     assert "running " not in status.stdout
     for name, record in records.items():
         assert not _is_live(*record), f"{name} (PID {record[0]}) still alive"
+    for pid, start_time in workers.items():
+        assert not _is_live(pid, start_time), f"Spark's Python worker (PID {pid}) still alive"
     for port in ports:
         assert not process.port_open(port), f"127.0.0.1:{port} still open"
     assert not kafka.pid_file.exists() and not any(f.exists() for f in swift.pid_files.values())
+    assert not spark.pid_file.exists()
     assert _cli("down").stdout.strip() == "The local stack was not running."
 
     started = time.monotonic()
@@ -212,7 +253,8 @@ def test_up_down_status_and_data_survives(stack_env):
     print(f"\nup {up_s:.1f} s, down {down_s:.1f} s, up again {up_again_s:.1f} s, down again {down_again_s:.1f} s")
 
 
-@pytest.mark.parametrize("setting", ["MATOS_DEVSTACK_KAFKA_PORT", "MATOS_DEVSTACK_SWIFT_PORT"])
+@pytest.mark.parametrize("setting", ["MATOS_DEVSTACK_KAFKA_PORT", "MATOS_DEVSTACK_SWIFT_PORT",
+                                     "MATOS_DEVSTACK_SPARK_PORT"])
 def test_up_fails_clearly_when_a_port_is_taken(stack_env, setting):
     port = int(stack_env[setting])
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
@@ -224,5 +266,6 @@ def test_up_fails_clearly_when_a_port_is_taken(stack_env, setting):
     assert len(error.splitlines()) == 1, error  # one line, no traceback
     assert setting in error and str(port) in error, error
     assert _cli("status").returncode == 1  # and nothing was started
-    kafka, swift = local_stack()
+    kafka, swift, spark = local_stack()
     assert not kafka.pid_file.exists() and not any(f.exists() for f in swift.pid_files.values())
+    assert not spark.pid_file.exists()

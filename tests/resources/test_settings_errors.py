@@ -48,6 +48,15 @@ def test_a_bad_tls_switch_and_spark_conf_name_their_settings():
         SparkResource(conf="spark.ui.enabled").spark_config()
 
 
+def test_an_unreachable_spark_connect_server_names_the_setting_and_does_not_hang():
+    started = time.monotonic()
+    with pytest.raises(ConnectionError, match="MATOS_SPARK_MASTER"):
+        SparkResource(master=f"sc://127.0.0.1:{free_port()}").spark_session
+    assert time.monotonic() - started < 30  # the Connect client alone would retry for minutes
+    with pytest.raises(ValueError, match="MATOS_SPARK_MASTER"):
+        SparkResource(master="sc://:15002").spark_session
+
+
 def test_the_definitions_refuse_a_broken_topics_file_naming_it(tmp_path):
     bad = tmp_path / "topics.yaml"
     bad.write_text("topics:\n  - name: t\n    format: csv\n")
