@@ -128,7 +128,9 @@ def decide(
         )
 
     if state.oldest_start != start:
-        state = replace(state, oldest_start=start, oldest_ts_ms=oldest_ts_ms)
+        # No timestamp (the record has none, or the fetch found nothing in time): the age then
+        # counts from now, so the batch age still bounds the wait.
+        state = replace(state, oldest_start=start, oldest_ts_ms=oldest_ts_ms if oldest_ts_ms is not None else now_ms)
     age_s = (now_ms - state.oldest_ts_ms) / 1000 if state.oldest_ts_ms is not None else 0.0
     est_bytes = pending * avg_record_bytes if avg_record_bytes else 0
     if pending >= topic.batch_records:

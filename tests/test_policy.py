@@ -51,6 +51,19 @@ def test_the_next_range_follows_a_succeeded_one():
     assert d.request == OffsetRange("t", 0, 100, 1100) and d.warning is None
 
 
+def test_the_age_of_the_records_after_a_succeeded_range_counts():
+    # The range succeeded at this tick; the records after it are already older than the batch age.
+    d = decide(T, 0, requested(), Offsets(0, 150, 100), SUCCEEDED, NOW, oldest_ts_ms=NOW - 61_000)
+    assert d.request == OffsetRange("t", 0, 100, 150) and "61s old" in d.reason
+
+
+def test_records_without_a_timestamp_age_from_when_they_were_first_seen():
+    d = decide(T, 0, PartitionState(), Offsets(0, 50, None), None, NOW, oldest_ts_ms=None)
+    assert d.request is None and d.state.oldest_ts_ms == NOW
+    later = decide(T, 0, d.state, Offsets(0, 60, None), None, NOW + 61_000)
+    assert later.request == OffsetRange("t", 0, 0, 60) and "61s old" in later.reason
+
+
 def test_a_failed_range_is_requested_again_not_skipped_with_a_new_run_key():
     d = decide(T, 0, requested(), Offsets(0, 5000, 0), FAILED, NOW)
     assert d.request == OffsetRange("t", 0, 0, 100)

@@ -63,7 +63,9 @@ def lag_sensor(topic: TopicConfig, partitions: DynamicPartitionsDefinition, inte
             run = runs.get(_run_key(state)) if state.key and not state.done else None
             oldest = None
             start = policy.start_of_next(state, offsets)
-            if run is None and start < high and state.oldest_start != start:
+            # The age is read once per start: when no range is in flight, or when the one in
+            # flight has just succeeded (its end is the next start). A failed one is retried.
+            if run in (None, policy.SUCCEEDED) and start < high and state.oldest_start != start:
                 oldest = kafka.timestamp_at(topic.name, p, start)
             d = policy.decide(topic, p, state, offsets, run, now_ms, oldest, avg_bytes)
             if d.warning:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import uuid
 
 import pytest
@@ -50,7 +51,7 @@ class Sensor:
 
 
 def topic_config(name: str, **kw) -> TopicConfig:
-    return TopicConfig(name, group=f"g-{uuid.uuid4().hex[:6]}", batch_records=100, batch_age_s=3600, **kw)
+    return TopicConfig(name, group=f"g-{uuid.uuid4().hex[:6]}", **{"batch_records": 100, "batch_age_s": 3600, **kw})
 
 
 def requested(result) -> list[tuple[OffsetRange, str]]:
@@ -95,6 +96,18 @@ def test_a_backlog_is_cut_into_ranges_archived_one_after_the_other(kafka, instan
     sensor.finish(key1, DagsterRunStatus.SUCCESS, commit_to=100)
     (second, _), = requested(sensor.tick())
     assert (second.start, second.end) == (100, 200)
+
+
+def test_records_left_after_a_range_are_requested_once_old_enough(kafka, instance, new_topic):
+    name = new_topic()
+    produce(kafka, name, [(b"k", b"v", [])] * 150)
+    sensor = Sensor(topic_config(name, max_range_records=100, batch_age_s=1), kafka, instance)
+    (first, key1), = requested(sensor.tick())
+    time.sleep(1.5)  # the 50 records after it are now older than the batch age
+    sensor.finish(key1, DagsterRunStatus.SUCCESS, commit_to=100)
+    # The same tick that sees the range succeed reads their age, and they are not left waiting.
+    (rest, _), = requested(sensor.tick())
+    assert (rest.start, rest.end) == (100, 150)
 
 
 def test_a_failed_range_is_requested_again_not_skipped_until_a_bound(kafka, instance, new_topic):
