@@ -1,4 +1,5 @@
-"""Session-wide real services: a Kafka broker, a Swift all-in-one and a local Spark session.
+"""Session-wide real services: a Kafka broker, a Swift all-in-one, a local Spark session, and a
+Spark Connect server for the tests that use one (started on first use).
 
 Each runs on free ports of 127.0.0.1 with its data in a temporary folder, and is stopped
 by PID when the session ends. Downloads (Kafka's jars, Swift's virtual environment) are
@@ -17,6 +18,7 @@ from confluent_kafka.admin import NewTopic
 
 from matos_dagster.devstack.kafka import KafkaServer
 from matos_dagster.devstack.process import free_port
+from matos_dagster.devstack.spark import SparkConnectServer
 from matos_dagster.devstack.swift import SwiftServer
 from matos_dagster.resources import KafkaResource, SparkResource, SwiftResource
 from matos_dagster.settings import PROJECT_ROOT
@@ -36,6 +38,15 @@ def kafka_server(tmp_path_factory):
 @pytest.fixture(scope="session")
 def swift_server(tmp_path_factory):
     server = SwiftServer(tmp_path_factory.mktemp("swift"), CACHE, proxy_port=free_port())
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory):
+    """What `make run` gives the runs: a long-lived Spark, its tasks tried up to 3 times."""
+    server = SparkConnectServer(tmp_path_factory.mktemp("spark-connect"), port=free_port(), master="local[2,3]")
     server.start()
     yield server
     server.stop()

@@ -1,10 +1,11 @@
 """The product running by itself: `dagster dev` (webserver + daemon) archives a topic alone.
 
 One `dagster dev` for the module, on a free port, with its own DAGSTER_HOME, topics file
-and Swift container, pointed at the session's Kafka and Swift. Records are produced, and
-the lag sensor, the run queue and the archive asset must bring the consumer group to the
-log end with nobody asking; then, with no new records, the sensor must stay quiet; and the
-UI must show the asset, its offset ranges and its monitor check.
+and Swift container, pointed at the session's Kafka, Swift and Spark Connect server.
+Records are produced, and the lag sensor, the run queue and the archive asset must bring
+the consumer group to the log end with nobody asking; then, with no new records, the
+sensor must stay quiet; and the UI must show the asset, its offset ranges and its monitor
+check.
 """
 
 from __future__ import annotations
@@ -144,7 +145,7 @@ def _stop_group(proc: subprocess.Popen, term_timeout: float = 60) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def dev(tmp_path_factory, kafka, kafka_server, swift_server):
+def dev(tmp_path_factory, kafka, kafka_server, swift_server, connect_server):
     tmp = tmp_path_factory.mktemp("daemon")
     topic = f"daemon-{uuid.uuid4().hex[:8]}"
     admin = kafka.admin()  # must outlive the future, or the request is cancelled
@@ -172,8 +173,7 @@ def dev(tmp_path_factory, kafka, kafka_server, swift_server):
         "MATOS_KAFKA_BOOTSTRAP_SERVERS": kafka_server.bootstrap_servers,
         "MATOS_SWIFT_AUTH_URL": swift_server.auth_url,
         "MATOS_SWIFT_CONTAINER": container,
-        "MATOS_SPARK_MASTER": "local[1]",
-        "MATOS_SPARK_CONF": "spark.ui.enabled=false;spark.sql.shuffle.partitions=1",
+        "MATOS_SPARK_MASTER": connect_server.url,  # as `make run`: runs are clients of one Spark
     }
     # Create the instance's storage before dagster dev starts: its processes and ours must not
     # race to create the same SQLite schemas.

@@ -13,8 +13,6 @@ import pytest
 
 from helpers import check_archive, manifests, produce, read_archive, read_kafka, user_env
 from matos_dagster.archive import archive_range
-from matos_dagster.devstack.process import free_port
-from matos_dagster.devstack.spark import SparkConnectServer
 from matos_dagster.ranges import OffsetRange
 from matos_dagster.reader import read_dataframe, read_table
 from matos_dagster.resources import SparkResource, SwiftResource
@@ -22,14 +20,6 @@ from matos_dagster.restore import Request, restore
 from test_archive import awkward_rows, config
 from test_cli import dagster
 from test_restore import fields
-
-
-@pytest.fixture(scope="module")
-def connect_server(tmp_path_factory):
-    server = SparkConnectServer(tmp_path_factory.mktemp("spark-connect"), port=free_port(), master="local[2,3]")
-    server.start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

@@ -1,8 +1,9 @@
 """Latency from a record produced to its range's manifest in Swift, with the product running.
 
-`dagster dev` (webserver, daemon, code server, run workers, their JVMs) starts in a session of
-its own, on a free port with its own DAGSTER_HOME, pointed at the bench's Kafka and Swift,
-with the lag sensor every 30 s and the topic's default batch policy. Records are produced at
+`dagster dev` (webserver, daemon, code server, run workers) starts in a session of its own, on a
+free port with its own DAGSTER_HOME, pointed at the bench's Kafka and Swift and at a Spark
+Connect server of its own (as `make run` uses the local stack's), with the lag sensor every
+30 s and the topic's default batch policy. Records are produced at
 a steady rate; Swift is listed every second, and each record's latency is the time its
 range's manifest was first seen minus the time the record was produced. The whole process
 group is stopped at the end (SIGTERM, SIGKILL after a grace period).
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from matos_dagster import layout
 from matos_dagster.devstack.process import free_port
+from matos_dagster.devstack.spark import SparkConnectServer
 from matos_dagster.settings import PROJECT_ROOT
 from matos_dagster.store import Store
 
@@ -62,6 +64,16 @@ def measure(stack, log_dir: Path, rate: float, seconds: float, interval_s: int =
             value_bytes: int = 1024, partitions: int = 4, drain_s: float = 420) -> dict:
     tmp = log_dir / f"latency-{uuid.uuid4().hex[:6]}"
     tmp.mkdir(parents=True)
+    spark = SparkConnectServer(tmp / "spark", port=free_port())
+    spark.start()
+    try:
+        return _measure(stack, spark, tmp, rate, seconds, interval_s, value_bytes, partitions, drain_s)
+    finally:
+        spark.stop()
+
+
+def _measure(stack, spark, tmp: Path, rate: float, seconds: float, interval_s: int, value_bytes: int,
+             partitions: int, drain_s: float) -> dict:
     topic = f"bench-latency-{uuid.uuid4().hex[:6]}"
     stack.create_topic(topic, partitions)
     container = f"bench-latency-{uuid.uuid4().hex[:6]}"
@@ -77,7 +89,7 @@ def measure(stack, log_dir: Path, rate: float, seconds: float, interval_s: int =
         "MATOS_TOPICS_FILE": str(tmp / "topics.yaml"), "MATOS_SENSOR_INTERVAL_S": str(interval_s),
         "MATOS_KAFKA_BOOTSTRAP_SERVERS": stack.bootstrap, "MATOS_SWIFT_AUTH_URL": stack.swift_server.auth_url,
         "MATOS_SWIFT_USER": stack.swift_server.user, "MATOS_SWIFT_KEY": stack.swift_server.key,
-        "MATOS_SWIFT_CONTAINER": container, "MATOS_SWIFT_PREFIX": "kafka",
+        "MATOS_SWIFT_CONTAINER": container, "MATOS_SWIFT_PREFIX": "kafka", "MATOS_SPARK_MASTER": spark.url,
     }
     # The instance's storage exists before dagster dev starts, so no two processes race to make it.
     from dagster import DagsterInstance
@@ -151,8 +163,35 @@ def measure(stack, log_dir: Path, rate: float, seconds: float, interval_s: int =
         "rate_per_s": rate, "seconds": seconds, "sensor_interval_s": interval_s, "ranges": len(seen),
         "median_s": statistics.median(latencies) if latencies else None,
         "p95_s": _percentile(latencies, 0.95) if latencies else None,
-        "max_s": max(latencies) if latencies else None, "log": str(log),
+        "max_s": max(latencies) if latencies else None, "log": str(log), "runs": run_phases(home),
     }
+
+
+def run_phases(home: Path) -> dict:
+    """Where the archive runs' time went: median seconds in the queue, starting, and in the step."""
+    from dagster import DagsterEventType, DagsterInstance
+
+    phases: dict[str, list[float]] = {"queued_s": [], "starting_s": [], "step_s": [], "total_s": []}
+    kinds = {DagsterEventType.RUN_ENQUEUED: "enqueued", DagsterEventType.RUN_STARTING: "starting",
+             DagsterEventType.STEP_START: "step", DagsterEventType.STEP_SUCCESS: "done"}
+    with DagsterInstance.from_config(str(home)) as instance:
+        records = instance.get_run_records()
+        for record in records:
+            if not record.dagster_run.job_name.startswith("__ASSET_JOB"):
+                continue  # the monitor's runs
+            at: dict[str, float] = {}
+            for event in instance.all_logs(record.dagster_run.run_id):
+                kind = kinds.get(event.dagster_event.event_type) if event.is_dagster_event else None
+                if kind:
+                    at.setdefault(kind, event.timestamp)
+            if len(at) == 4:
+                phases["queued_s"].append(at["starting"] - at["enqueued"])
+                phases["starting_s"].append(at["step"] - at["starting"])
+                phases["step_s"].append(at["done"] - at["step"])
+                phases["total_s"].append(at["done"] - at["enqueued"])
+        monitor_runs = sum(1 for r in records if not r.dagster_run.job_name.startswith("__ASSET_JOB"))
+    return {"archive_runs": len(phases["total_s"]), "monitor_runs": monitor_runs,
+            **{k: round(statistics.median(v), 1) if v else None for k, v in phases.items()}}
 
 
 def _delivered(produced: dict, sent: float, err, msg) -> None:
