@@ -8,6 +8,7 @@ manifest needs to know about the objects it wrote. No Dagster imports.
 
 from __future__ import annotations
 
+import gc
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -65,6 +66,13 @@ def archive_slice(job: SliceJob) -> list[dict]:
         }
     )
     store = Store(job.swift)
+    # The cyclic GC is paused while the slice runs. The loop makes no reference cycles, but
+    # confluent-kafka's Messages are GC-tracked: each consume() brings 5,000 that outlive young
+    # collections while they are read, which keeps triggering full collections, and every full
+    # one walks the batch's lists (one pointer per key, value, offset, ...). Measured: 35-45%
+    # of the task's CPU with 100-byte records. Restored (if it was on) when the slice ends.
+    gc_enabled = gc.isenabled()
+    gc.disable()
     try:
         consumer.assign([TopicPartition(s.topic, s.partition, s.start)])
         batch = records.Batch(s.topic, s.partition)
@@ -119,6 +127,8 @@ def archive_slice(job: SliceJob) -> list[dict]:
             written.append(_flush(batch, job, store))
         return written
     finally:
+        if gc_enabled:
+            gc.enable()
         consumer.close()
         store.close()
 

@@ -2,7 +2,8 @@
 
 Full setting: W1 = 1,000,000 records of 1 KiB, W2 = 5,000,000 records of 100 B (16-byte keys,
 one header, 4 partitions), memory at W1 and 4×W1. `--quick`: 100,000 and 200,000 records.
-Writes DIR/results.json, DIR/results.md and DIR/throughput.png.
+Writes DIR/results.json, DIR/results.md and DIR/throughput.png. Each throughput path also
+counts the CPU-seconds of its own processes and of the Kafka and Swift servers (`report.cpu`).
 """
 
 from __future__ import annotations
@@ -76,8 +77,10 @@ def main(argv: list[str] | None = None) -> int:
         "4×W1": Workload("4xW1", 4 * sizes["W1"], 1024),
     }
     results: dict = {"setting": setting, "repeat": args.repeat, "master": master, "started": time.time(),
+                     "machine_cores": os.cpu_count() or 1, "load_average": os.getloadavg(),
                      "spark": spark_version, "spark_sql_kafka": sk_version, "workloads": {}, "notes": notes}
     with running_stack() as stack:
+        servers = paths.server_pids(stack)  # for the CPU accounting
         topics, setup = {}, {}
         for name, w in workloads.items():
             topic = f"bench-{w.name.lower()}-{uuid.uuid4().hex[:6]}"
@@ -102,14 +105,14 @@ def main(argv: list[str] | None = None) -> int:
                     "ranges": [[r.topic, r.partition, r.start, r.end] for r in stack.ranges(topic)],
                     "swift": {k: getattr(params, k) for k in params.__dataclass_fields__},
                     "group": f"bench-{uuid.uuid4().hex[:6]}", "slice_records": defaults.slice_records,
-                    "object_bytes": defaults.object_bytes, **extra}
+                    "object_bytes": defaults.object_bytes, "servers": servers, **extra}
 
         for rep in range(args.repeat):
             for name in ("W1", "W2"):
                 topic = topics[name]
                 slices = [s for r in stack.ranges(topic) for s in r.slices(defaults.slice_records)]
                 tag = f"{name.lower()}-{rep}-{uuid.uuid4().hex[:4]}"
-                r = paths.read_limit(stack.bootstrap, slices, args.cores)
+                r = paths.read_limit(stack.bootstrap, slices, args.cores, servers)
                 runs[name]["read"].append(r)
                 say(f"{name} #{rep + 1} read limit: {r['records']:,} records in {r['seconds']:.2f}s")
 
@@ -122,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"peak RSS {a['memory']['total'] / MIB:.0f} MiB")
 
                 container = f"bench-write-{tag}"
-                wl = paths.write_limit(stack.swift_params(container), a["object_sizes"], args.cores)
+                wl = paths.write_limit(stack.swift_params(container), a["object_sizes"], args.cores, servers)
                 stack.drop_container(container)
                 runs[name]["write"].append(wl)
                 say(f"{name} #{rep + 1} write limit: {wl['bytes'] / MIB:.0f} MiB in {wl['objects']} objects "
@@ -169,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
             results["workloads"][name] = {
                 "records": workloads[name].records, "value_bytes": workloads[name].value_bytes,
                 "runs": w, "throughput": report.throughput(w), "ratios": report.ratios(w),
+                "cpu": report.cpu(w, results["machine_cores"]),
             }
         results["memory"] = memory_summary(memory1, memory4)
         lj = [p["records_per_s"] for p in produce["load_job"]]
@@ -194,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
 
     results["targets"] = report.targets(results)
     results["finished"] = time.time()
+    results["load_average_finished"] = os.getloadavg()
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
     md = report.markdown(results)
     (out / "results.md").write_text(md)

@@ -17,15 +17,60 @@ import tempfile
 import time
 import uuid
 from concurrent.futures import ProcessPoolExecutor
-from multiprocessing import get_context
+from multiprocessing import active_children, get_context
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from matos_dagster.bench.memory import PeakSampler
+from matos_dagster.bench.memory import PeakSampler, _children_map
 from matos_dagster.devstack.kafka import _java
+from matos_dagster.devstack.process import read_pid
 from matos_dagster.ranges import OffsetRange
 from matos_dagster.store import SwiftParams
+
+# ---------------------------------------------------------------------- CPU accounting
+# CPU-seconds of given processes only (from /proc/<pid>/stat), not of the whole machine: the
+# path's own processes ("client") and the stack's servers, so other load does not count.
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def server_pids(stack) -> dict[str, list[int]]:
+    """The PIDs of the Kafka broker and of the Swift servers of a running bench stack."""
+    swift = [read_pid(f) for f in stack.swift_server.pid_files.values()]
+    return {"kafka": [p for p in [read_pid(stack.kafka_server.pid_file)] if p], "swift": [p for p in swift if p]}
+
+
+def cpu_ticks(pid: int) -> int:
+    """utime + stime of `pid`, plus those of the children it has reaped (cutime + cstime)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0  # gone
+    return sum(int(f) for f in fields[11:15])  # fields 14-17 of stat
+
+
+def tree(root: int) -> list[int]:
+    """`root` and all its descendants."""
+    children = _children_map()
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, []))
+    return out
+
+
+def cpu_sample(groups: dict[str, list[int]]) -> dict[str, int]:
+    """Clock ticks used so far by each group of processes."""
+    return {k: sum(map(cpu_ticks, pids)) for k, pids in groups.items()}
+
+
+def cpu_used(before: dict[str, int], after: dict[str, int]) -> dict[str, float]:
+    """CPU-seconds between two samples. Totals, not per PID: a process that ended in between was
+    reaped by its parent in the tree, whose cutime/cstime then holds all of its time."""
+    return {k: (after[k] - before.get(k, 0)) / TICK for k in after}
+
 
 # ------------------------------------------------------------------------ 1: read limit
 
@@ -50,6 +95,10 @@ def _read_slice(args: tuple[str, str, int, int, int]) -> int:
             last = msgs[-1]
             if last.error() is None and last.offset() < end:
                 n += len(msgs)  # the common case: no per-record Python at all
+                if last.offset() + 1 >= end:
+                    # Done, as the archive's task knows from its position: asking for more would
+                    # wait out consume's 1 s timeout at the end of a partition.
+                    return n
                 continue
             for m in msgs:
                 err = m.error()
@@ -73,12 +122,22 @@ def _warm(_: int) -> int:
     return os.getpid()
 
 
-def read_limit(bootstrap: str, slices: list[OffsetRange], cores: int) -> dict:
+def _pool_pids() -> list[int]:
+    # The pool's workers: every process multiprocessing started here (the pool spawns them all
+    # on the warm-up's `cores` submits, even if one worker ran two of them).
+    return [p.pid for p in active_children()]
+
+
+def read_limit(bootstrap: str, slices: list[OffsetRange], cores: int, servers: dict | None = None) -> dict:
     with ProcessPoolExecutor(cores, mp_context=get_context("spawn")) as pool:
         list(pool.map(_warm, range(cores)))
+        pids = _pool_pids()
+        cpu0 = cpu_sample({"client": pids, **(servers or {})})
         t0 = time.monotonic()
         n = sum(pool.map(_read_slice, [(bootstrap, s.topic, s.partition, s.start, s.end) for s in slices]))
-        return {"seconds": time.monotonic() - t0, "records": n}
+        seconds = time.monotonic() - t0
+        return {"seconds": seconds, "records": n,
+                "cpu": cpu_used(cpu0, cpu_sample({"client": pids, **(servers or {})}))}
 
 
 # ----------------------------------------------------------------------- 2: write limit
@@ -98,7 +157,7 @@ def _put(args: tuple[str, int]) -> int:
     return size
 
 
-def write_limit(params: SwiftParams, sizes: list[int], cores: int) -> dict:
+def write_limit(params: SwiftParams, sizes: list[int], cores: int, servers: dict | None = None) -> dict:
     """Upload objects of `sizes` bytes, `cores` at a time, with plain python-swiftclient."""
     doc = {k: getattr(params, k) for k in params.__dataclass_fields__}
     conn = params.connect()
@@ -108,16 +167,20 @@ def write_limit(params: SwiftParams, sizes: list[int], cores: int) -> dict:
     with ProcessPoolExecutor(cores, mp_context=get_context("spawn"), initializer=_init_writer,
                              initargs=(doc, max(sizes))) as pool:
         list(pool.map(_warm, range(cores)))
+        pids = _pool_pids()
+        cpu0 = cpu_sample({"client": pids, **(servers or {})})
         t0 = time.monotonic()
         n = sum(pool.map(_put, names))
-        return {"seconds": time.monotonic() - t0, "bytes": n, "objects": len(sizes)}
+        seconds = time.monotonic() - t0
+        return {"seconds": seconds, "bytes": n, "objects": len(sizes),
+                "cpu": cpu_used(cpu0, cpu_sample({"client": pids, **(servers or {})}))}
 
 
 # ------------------------------------------------------- 3 and 4: Spark, in its own process
 
 
 def spark_run(kind: str, spec: dict, log_dir: Path) -> dict:
-    """Run `worker.py` for one Spark path; times, sizes and the peak RSS of its process tree."""
+    """Run `worker.py` for one Spark path; times, sizes, CPU-seconds and the peak RSS of its process tree."""
     log_dir.mkdir(parents=True, exist_ok=True)
     tag = f"{kind}-{uuid.uuid4().hex[:6]}"
     result_file = log_dir / f"{tag}.result.json"
@@ -146,6 +209,7 @@ def spark_run(kind: str, spec: dict, log_dir: Path) -> dict:
         "seconds_with_startup": r["done"] - spawned,  # + process, imports, JVM and session start
         "startup_s": r["work_started"] - spawned,
         "memory": mem.peaks,
+        "cpu": r.get("cpu"),  # of the timed part: the worker's process tree and the servers
         "log": str(log_dir / f"{tag}.log"),
     }
 

@@ -64,6 +64,55 @@ def ratios(workload: dict) -> dict:
     }
 
 
+CPU_PATHS = [("read", "read limit"), ("write", "write limit"), ("archive", "archive"),
+             ("spark_kafka", "Spark Kafka source")]
+CPU_PARTS = ("client", "kafka", "swift")  # the path's own processes, the broker, the Swift servers
+
+
+def cpu(workload: dict, cores: int) -> dict:
+    """CPU-seconds per 1,000 records per path (client, Kafka, Swift), and the CPU bound of archiving.
+
+    Reading and writing each need CPU on the same cores, so archiving (which does both) runs at
+    most at cores / (read's CPU-s per record + write's), if it does no more work per record than
+    they do; `archive_cpu_over_read_plus_write` says how much more (or less) it does.
+    """
+    paths = {}
+    for key, _ in CPU_PATHS:
+        per_1k: dict[str, list] = {p: [] for p in (*CPU_PARTS, "total")}
+        busy = []
+        for run, arch in zip(workload.get(key, []), workload["archive"]):
+            if not run.get("cpu"):
+                continue
+            total = sum(run["cpu"].get(p, 0.0) for p in CPU_PARTS)
+            for p in CPU_PARTS:
+                per_1k[p].append(1000 * run["cpu"].get(p, 0.0) / arch["records"])
+            per_1k["total"].append(1000 * total / arch["records"])
+            busy.append(total / run["seconds"] if run["seconds"] else None)
+        paths[key] = {"s_per_1k_records": {p: {"per_repeat": v, **stats(v)} for p, v in per_1k.items()},
+                      "cores_busy": {"per_repeat": busy, **stats(busy)}}
+        # Spark paths: the client's CPU by process kind (driver Python, JVM, Python workers).
+        kinds = [(run["cpu"]["client_kinds"], arch["records"]) for run, arch in zip(workload.get(key, []),
+                 workload["archive"]) if run.get("cpu", {}).get("client_kinds")]
+        if kinds:
+            paths[key]["client_kinds_s_per_1k_records"] = {
+                k: stats([1000 * c[k] / n for c, n in kinds]) for k in kinds[0][0]}
+    bound, over_bound, cpu_ratio, bound_over_limit = [], [], [], []
+    for read, write, arch in zip(workload["read"], workload["write"], workload["archive"]):
+        if not (read.get("cpu") and write.get("cpu") and arch.get("cpu")):
+            continue
+        n = arch["records"]
+        r, w, a = (sum(x["cpu"].get(p, 0.0) for p in CPU_PARTS) / n for x in (read, write, arch))
+        bound.append(cores / (r + w))
+        over_bound.append(n / arch["seconds"] / bound[-1])
+        cpu_ratio.append(a / (r + w))
+        bound_over_limit.append(bound[-1] / min(n / read["seconds"], n / write["seconds"]))
+    return {"cores": cores, "paths": paths,
+            "bound_records_per_s": {"per_repeat": bound, **stats(bound)},
+            "bound_over_min_limit": {"per_repeat": bound_over_limit, **stats(bound_over_limit)},
+            "archive_over_bound": {"per_repeat": over_bound, **stats(over_bound)},
+            "archive_cpu_over_read_plus_write": {"per_repeat": cpu_ratio, **stats(cpu_ratio)}}
+
+
 def targets(results: dict) -> list[dict]:
     out = []
     w = results["workloads"]
@@ -75,6 +124,13 @@ def targets(results: dict) -> list[dict]:
         out.append(_target(f"{name}: archive ≥ 0.8 × min(read limit, write limit)", m, lambda v: v >= 0.8, "×"))
         m = r["archive_over_spark_kafka"]
         out.append(_target(f"{name}: archive ≥ Spark's Kafka source", m, lambda v: v >= 1.0, "×"))
+        c = w[name].get("cpu")
+        if c and c["archive_over_bound"]["n"]:
+            # Not a target: what the machine allows when reading and writing share its cores.
+            t = _target(f"{name}: archive vs the CPU bound of reading+writing on {c['cores']} cores "
+                        f"({_num(c['bound_records_per_s']['median'])} records/s)", c["archive_over_bound"],
+                        lambda v: True, "×")
+            out.append({**t, "met": None})
     mem = results.get("memory")
     if mem:
         out.append(_target("peak memory at 4×W1 within 10% of W1", mem["ratio"], lambda v: v <= 1.10, "×"))
@@ -112,6 +168,10 @@ def _num(v) -> str:
     return f"{v:.2f}"
 
 
+def _cpu_s(v) -> str:
+    return "n/a" if v is None else f"{v:.4f}"
+
+
 def _cell(s: dict, fmt=_num) -> str:
     if s.get("median") is None:
         return "n/a"
@@ -126,7 +186,10 @@ def markdown(results: dict) -> str:
     lines = [
         f"Setting: **{results['setting']}**, {results['repeat']} repeat(s), Spark `{results['master']}`; "
         "median (min–max) over repeats. Records/s of the same offset ranges; MB/s of record bytes "
-        "(key + value + headers).",
+        "(key + value + headers)." + (f" Load average (1, 5, 15 min) at the start "
+                                      f"{', '.join(f'{v:.2f}' for v in results['load_average'])}, at the end "
+                                      f"{', '.join(f'{v:.2f}' for v in results['load_average_finished'])}."
+                                      if results.get("load_average_finished") else ""),
         "",
         "| path | " + " | ".join(f"{n} ({w[n]['records']:,} × {w[n]['value_bytes']} B) records/s | {n} MB/s"
                                  for n in names) + " |",
@@ -139,6 +202,37 @@ def markdown(results: dict) -> str:
             cells.append(_cell({"median": t["rps_median"], "min": t["rps_min"], "max": t["rps_max"], "n": t["rps_n"]}))
             cells.append(_num(t["mbps_median"]))
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    if any(w[n].get("cpu") for n in names):
+        lines += ["", "CPU-seconds per 1,000 records in the timed part, counted per process (/proc/<pid>/stat), so "
+                  "other load on the machine does not count: client = the path's own processes (pool workers; "
+                  "for Spark the driver, JVM and Python workers), Kafka = the broker, Swift = its four servers. "
+                  "Cores busy = CPU-seconds / wall seconds.", "",
+                  "| workload | path | client | of which driver / JVM / Python workers | Kafka | Swift | total "
+                  "| cores busy |",
+                  "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for n in names:
+            c = w[n].get("cpu")
+            if not c:
+                continue
+            for key, label in CPU_PATHS:
+                k = c["paths"][key]
+                if not k["cores_busy"]["n"]:
+                    continue
+                kinds = k.get("client_kinds_s_per_1k_records")
+                split = " / ".join(_cpu_s(kinds[kind]["median"]) for kind in ("driver_python", "jvm",
+                                                                               "python_workers")) if kinds else ""
+                cells = [_cpu_s(k["s_per_1k_records"][p]["median"]) for p in (*CPU_PARTS, "total")]
+                lines.append(f"| {n} | {label} | {cells[0]} | {split} | " + " | ".join(cells[1:])
+                             + f" | {_num(k['cores_busy']['median'])} |")
+        for n in names:
+            c = w[n].get("cpu")
+            if c and c["bound_records_per_s"]["n"]:
+                lines.append("")
+                lines.append(f"{n}: CPU bound of archiving on {c['cores']} cores = cores / (read + write CPU-s per "
+                             f"record) = {_cell(c['bound_records_per_s'])} records/s, "
+                             f"{_cell(c['bound_over_min_limit'])}× min(read limit, write limit); the archive reaches "
+                             f"{_cell(c['archive_over_bound'])}× of it and uses "
+                             f"{_cell(c['archive_cpu_over_read_plus_write'])}× the CPU per record of read + write.")
     prod = results.get("produce")
     if prod:
         lines += ["", f"Producing {prod['records']:,} records of {prod['value_bytes']} B "
@@ -166,6 +260,12 @@ def markdown(results: dict) -> str:
                   f"default batch policy, {lat['rate_per_s']:g} records/s for {lat['seconds']:g} s): "
                   f"median {lat['median_s']:.0f} s, p95 {lat['p95_s']:.0f} s, max {lat['max_s']:.0f} s "
                   f"({lat['archived']:,} of {lat['records']:,} records archived)."]
+        runs = lat.get("runs")
+        if runs and runs.get("archive_runs"):
+            lines[-1] += (f" Runs are clients of a Spark Connect server, as with `make run`: {runs['archive_runs']} "
+                          f"archive runs (and {runs['monitor_runs']} monitor runs), median {runs['queued_s']} s "
+                          f"queued, {runs['starting_s']} s starting, {runs['step_s']} s archiving; "
+                          f"{runs['total_s']} s from queued to done.")
     notes = results.get("notes", [])
     lines += ["", "| target | figure | met |", "| --- | --- | --- |"]
     for t in results["targets"]:

@@ -5,12 +5,15 @@
 `archive`: the archive's own `archive_range`, one thread per range (as concurrent runs would),
 all in one Spark session. `spark-kafka`: Spark's Kafka source (spark-sql-kafka-0-10) reads
 the same ranges and the archive's writer (records.Batch, Parquet, Store.put) writes them.
-Times are written to the spec's `result` file as wall-clock epoch seconds and durations.
+Times are written to the spec's `result` file as wall-clock epoch seconds and durations, with
+the CPU-seconds of the timed part: of this process's tree (driver Python, JVM, Python workers)
+and of the servers whose PIDs the spec gives.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -20,9 +23,12 @@ from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 
 from matos_dagster import layout, manifest, records  # noqa: E402
 from matos_dagster.archive import archive_range  # noqa: E402
+from matos_dagster.bench.memory import KINDS, _kind  # noqa: E402
+from matos_dagster.bench.paths import cpu_sample, cpu_used, tree  # noqa: E402
 from matos_dagster.ranges import OffsetRange  # noqa: E402
 from matos_dagster.resources import KafkaResource, SparkResource  # noqa: E402
 from matos_dagster.slice_task import SliceJob, _flush, _size  # noqa: E402
+from matos_dagster.spark_tasks import run_tasks  # noqa: E402
 from matos_dagster.store import Store, SwiftParams  # noqa: E402
 from matos_dagster.topics import TopicConfig  # noqa: E402
 
@@ -39,9 +45,12 @@ def main(spec_path: str) -> None:
     spark.sparkContext.setLogLevel("WARN")
     # Start-up ends when the Python workers exist and have imported what a task needs
     # (Spark reuses them), so the work below is timed like the read and write limits'
-    # already started process pools.
+    # already started process pools. Both kinds of worker: the RDD ones (Spark's Kafka source
+    # path) and the SQL ones of `run_tasks`' mapInArrow (the archive's), whose first job also
+    # plans and compiles that query: measured 5 CPU-s of JVM and 3 of Python otherwise.
     cores = spec["cores"]
     spark.sparkContext.parallelize(range(cores * 4), cores).map(_warm).collect()
+    run_tasks(spark, _warm, range(cores * 4))
     session_ready = time.time()
     swift = SwiftParams(**spec["swift"])
     with Store(swift) as store:
@@ -49,6 +58,8 @@ def main(spec_path: str) -> None:
     ranges = [OffsetRange(*r) for r in spec["ranges"]]
     topic = TopicConfig(spec["topic"], group=spec["group"], slice_records=spec["slice_records"],
                         object_bytes=spec["object_bytes"])
+    servers = spec.get("servers", {})
+    cpu0 = cpu_sample(_cpu_groups(servers))
     t0 = time.time()
     if spec["kind"] == "archive":
         manifests = run_archive(spec, topic, ranges, swift, spark)
@@ -57,6 +68,9 @@ def main(spec_path: str) -> None:
     else:
         raise SystemExit(f"unknown kind {spec['kind']!r}")
     done = time.time()
+    cpu = cpu_used(cpu0, cpu_sample(_cpu_groups(servers)))
+    cpu = {"client": sum(cpu[k] for k in KINDS), **{k: cpu[k] for k in servers},
+           "client_kinds": {k: cpu[k] for k in KINDS}}
     result = {
         "started": STARTED,
         "imported": imported,
@@ -68,10 +82,20 @@ def main(spec_path: str) -> None:
         "bytes": sum(m["bytes"] for m in manifests),
         "object_sizes": [o["bytes"] for m in manifests for o in m["objects"]],
         "objects": sum(len(m["objects"]) for m in manifests),
+        "cpu": cpu,
     }
     with open(spec["result"], "w") as f:
         json.dump(result, f)
     spark.stop()
+
+
+def _cpu_groups(servers: dict[str, list[int]]) -> dict[str, list[int]]:
+    """This process's tree by kind (driver Python, JVM, Python workers), and the servers."""
+    root = os.getpid()
+    groups: dict[str, list[int]] = {k: [] for k in KINDS}
+    for pid in tree(root):
+        groups[_kind(pid, root)].append(pid)
+    return {**groups, **servers}
 
 
 def _warm(_: int) -> int:
