@@ -94,6 +94,12 @@ class SparkResource(ConfigurableResource):
                 for key, value in self.spark_config().items():
                     builder = builder.config(key, value)
                 self._session = builder.getOrCreate()
+                # The client's default retries wait at least 10 minutes for a server that went
+                # away; about 2 minutes (8 retries, back-off capped at 30 s) outlasts a restart
+                # and then fails the run, which the sensor requests again.
+                from pyspark.sql.connect.client.retries import DefaultPolicy
+
+                self._session.client.set_retry_policies([DefaultPolicy(max_retries=8, max_backoff=30_000)])
                 return self._session
             # Spark picks its own address from the host name before reading any setting;
             # this keeps it on loopback unless the environment says otherwise.
