@@ -274,7 +274,9 @@ def _quiet_period(dev: Dev, kafka, *, min_ticks: int, min_seconds: float, timeou
         ticks = wait_for(
             f"{min_ticks} ticks of {dev.lag_sensor} in at least {min_seconds:.0f}s",
             lambda: time.monotonic() - started >= min_seconds
-            and len(ts := dev.lag_ticks(after=start)) >= min_ticks and ts,
+            # Finished ticks only: the daemon may be in the middle of one (STARTED) when asked.
+            and len(ts := [t for t in dev.lag_ticks(after=start) if t.status != TickStatus.STARTED]) >= min_ticks
+            and ts,
             timeout, dev, every=min(5.0, max(1.0, min_seconds / 10)),
         )
     elapsed = time.monotonic() - started

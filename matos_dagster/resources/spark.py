@@ -87,10 +87,12 @@ class SparkResource(ConfigurableResource):
     def spark_session(self) -> Any:
         if self._session is None:
             if self.is_connect:
-                from pyspark.sql import SparkSession
+                # The Connect session's own builder: pyspark's generic one refuses a remote
+                # session in a process that already has a classic one.
+                from pyspark.sql.connect.session import SparkSession as ConnectSession
 
                 _check_reachable(self.master)
-                builder = SparkSession.builder.remote(self.master)
+                builder = ConnectSession.builder.remote(self.master)
                 for key, value in self.spark_config().items():
                     builder = builder.config(key, value)
                 self._session = builder.getOrCreate()

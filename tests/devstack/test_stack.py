@@ -154,22 +154,22 @@ def _swift(swift) -> Connection:
 
 
 def _spark_job(url: str) -> None:
-    """A tiny job on the Spark Connect server, with a Python UDF run by the venv's python."""
-    from pyspark.sql import SparkSession
-    from pyspark.sql.functions import udf
+    """A tiny job on the Spark Connect server: a Python task run by the venv's python."""
+    from matos_dagster.resources import SparkResource
+    from matos_dagster.spark_tasks import run_tasks
 
     def where(_):
         import matos_dagster
 
         return f"{sys.executable} {matos_dagster.__file__}"
 
-    spark = SparkSession.builder.remote(url).getOrCreate()
+    resource = SparkResource(master=url)
     try:
-        assert spark.range(3).count() == 3
-        [row] = spark.range(1).select(udf(where)("id")).collect()
-        assert row[0] == f"{sys.executable} {PROJECT_ROOT / 'matos_dagster' / '__init__.py'}"
+        assert resource.spark_session.range(3).count() == 3
+        assert run_tasks(resource.spark_session, where, [0]) == [
+            f"{sys.executable} {PROJECT_ROOT / 'matos_dagster' / '__init__.py'}"]
     finally:
-        spark.stop()
+        resource.teardown_after_execution(None)
 
 
 def test_up_down_status_and_data_survives(stack_env):
