@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 import socket
 import sys
-from urllib.parse import urlsplit
 from typing import Any
+from urllib.parse import urlsplit
 
 from dagster import ConfigurableResource
 from dagster_pyspark.resources import spark_session_from_config
@@ -60,7 +60,7 @@ def _check_reachable(url: str, timeout_s: float = 5.0) -> None:
 
 
 class SparkResource(ConfigurableResource):
-    """A Spark session; `master` may be `local[*]` or a cluster (`spark://host:7077`)."""
+    """A Spark session: a driver of its own (`local[*]`, `spark://host:7077`) or a Spark Connect client (`sc://`)."""
 
     master: str = Field(
         default="local[*]",
