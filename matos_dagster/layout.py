@@ -2,6 +2,7 @@
 
     <prefix>/topic=<topic>/partition=<p>/<start:020d>-<end:020d>/part-<first offset:020d>.parquet
     <prefix>/topic=<topic>/partition=<p>/<start:020d>-<end:020d>/_manifest.json
+    <prefix>/topic=<topic>/partition=<p>/<start:020d>-<end:020d>/_loss.json   (an acknowledged loss)
 
 Every name is a function of the range and the records in it, nothing else: a retry writes
 the same names, so it can never leave a duplicate beside the first attempt. No Dagster imports.
@@ -14,6 +15,9 @@ import re
 from matos_dagster.ranges import OFFSET_WIDTH, OffsetRange
 
 MANIFEST = "_manifest.json"
+# An acknowledged data loss is recorded in a range folder of its own, so the one listing
+# that finds archived ranges finds losses too, in offset order. Engines skip `_` files.
+LOSS = "_loss.json"
 EXTENSIONS = {"parquet": ".parquet", "jsonl": ".jsonl.gz"}
 _RANGE_DIR = re.compile(r"^(\d{20})-(\d{20})$")
 
@@ -36,6 +40,10 @@ def range_dir(prefix: str, r: OffsetRange) -> str:
 
 def manifest_name(prefix: str, r: OffsetRange) -> str:
     return join(range_dir(prefix, r), MANIFEST)
+
+
+def loss_name(prefix: str, r: OffsetRange) -> str:
+    return join(range_dir(prefix, r), LOSS)
 
 
 def object_name(directory: str, first_offset: int, fmt: str) -> str:

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterable, Iterator
+from typing import Iterator
+
+# Span arithmetic lives in spans.py; these names stay importable from here for older callers.
+from matos_dagster.spans import Coverage, contiguous_end, coverage  # noqa: F401
 
 # Kafka's own rule for topic names (kafka.common.internals.Topic): up to 249 of these.
 TOPIC_PATTERN = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
@@ -104,49 +107,3 @@ def cut(topic: str, partition: int, start: int, end: int, size: int) -> Iterator
         hi = min(lo + size, end)
         yield OffsetRange(topic, partition, lo, hi)
         lo = hi
-
-
-def contiguous_end(ranges: Iterable[tuple[int, int]], start: int) -> int:
-    """End of the contiguous run of `ranges` that begins at or covers `start`.
-
-    This is how far a consumer group may commit: ranges past a hole do not count.
-    Ranges may arrive in any order; a range that covers `start` part-way (an administrator
-    moved the offset into the middle of it) still counts, since every offset of it is archived.
-    """
-    pos = start
-    for lo, hi in sorted(ranges):
-        if lo > pos:
-            break
-        pos = max(pos, hi)
-    return pos
-
-
-@dataclass(frozen=True)
-class Coverage:
-    """How a partition's archived ranges cover the offsets: holes, overlaps, extent."""
-
-    first: int | None  # lowest archived offset, None when nothing is archived
-    contiguous_end: int | None  # end of the run of ranges starting at `first`
-    gaps: tuple[tuple[int, int], ...]
-    overlaps: tuple[tuple[int, int], ...]
-
-
-def coverage(ranges: Iterable[tuple[int, int]]) -> Coverage:
-    """Gaps and overlaps between archived ranges of one partition, sorted by start."""
-    ordered = sorted(ranges)
-    if not ordered:
-        return Coverage(None, None, (), ())
-    gaps: list[tuple[int, int]] = []
-    overlaps: list[tuple[int, int]] = []
-    first = ordered[0][0]
-    pos = ordered[0][1]
-    contiguous: int | None = None
-    for lo, hi in ordered[1:]:
-        if lo > pos:
-            gaps.append((pos, lo))
-            if contiguous is None:
-                contiguous = pos
-        elif lo < pos:
-            overlaps.append((lo, min(pos, hi)))
-        pos = max(pos, hi)
-    return Coverage(first, pos if contiguous is None else contiguous, tuple(gaps), tuple(overlaps))

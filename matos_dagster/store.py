@@ -18,6 +18,9 @@ from swiftclient import Connection
 from swiftclient.exceptions import ClientException
 
 
+LIST_PAGE = 10_000  # Swift's default and largest container listing page
+
+
 class SwiftError(RuntimeError):
     """Swift failed, with what to check."""
 
@@ -69,6 +72,7 @@ class Store:
         self.params = params
         self.container = params.container
         self._conn = params.connect()
+        self.listings = 0  # listing requests made: recurring work must keep this bounded
 
     def close(self) -> None:
         self._conn.close()
@@ -145,16 +149,47 @@ class Store:
         return {"bytes": int(h["content-length"]), "md5": h["etag"].strip('"')}
 
     def list(self, prefix: str, delimiter: str | None = None) -> Iterator[dict]:
-        """Every object (or `subdir` entry, with a delimiter) under `prefix`, in name order."""
+        """Every object (or `subdir` entry, with a delimiter) under `prefix`, in name order.
+
+        Reads the prefix's whole listing: for full audits and small folders only. Recurring
+        work lists pages from a marker instead (`list_page`, through archived.py).
+        """
+        marker = None
+        while True:
+            page = self.list_page(prefix, marker=marker, delimiter=delimiter)
+            yield from page
+            if len(page) < LIST_PAGE:
+                return
+            marker = page[-1].get("name") or page[-1].get("subdir")
+
+    def list_page(
+        self,
+        prefix: str,
+        marker: str | None = None,
+        end_marker: str | None = None,
+        limit: int = 0,
+        delimiter: str | None = None,
+        reverse: bool = False,
+    ) -> list[dict]:
+        """One listing request: names under `prefix` strictly between `marker` and `end_marker`.
+
+        Ascending, or descending with `reverse` (then `marker` is the upper bound). At most
+        `limit` entries (0: the server's page size, LIST_PAGE). Counted in `listings`.
+        """
+        self.listings += 1
         try:
             _, items = self._conn.get_container(
-                self.container, prefix=prefix, delimiter=delimiter, full_listing=True
+                self.container, prefix=prefix, delimiter=delimiter, marker=marker or None,
+                end_marker=end_marker or None, limit=limit or LIST_PAGE,
+                query_string="reverse=on" if reverse else None,
             )
         except ClientException as e:
             if e.http_status == 404:
-                return iter(())
+                return []
             raise self._explain(e, f"list {prefix}") from None
-        return iter(items)
+        except Exception as e:
+            raise self._explain(e, f"list {prefix}") from None
+        return items
 
     def delete(self, name: str) -> None:
         try:

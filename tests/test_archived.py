@@ -1,0 +1,74 @@
+"""Finding archived ranges in a real Swift with bounded listings (matos_dagster/archived.py).
+
+A folder counts only with a manifest or a loss record; recurring lookups from an offset cost
+the same number of listing requests whatever the history below that offset.
+"""
+
+from matos_dagster import layout
+from matos_dagster.archived import LOSS, RANGE, Entry, PartitionArchive, archived_partitions
+from matos_dagster.ranges import OffsetRange
+
+TOPIC = "orders"
+
+
+def _folder(store, r: OffsetRange, *names: str) -> None:
+    d = layout.range_dir("kafka", r)
+    for n in names:
+        store.put(layout.join(d, n), b"{}")
+
+
+def _history(store, partition: int, n: int, size: int = 10) -> None:
+    for i in range(n):
+        _folder(store, OffsetRange(TOPIC, partition, i * size, (i + 1) * size), "part-x.parquet", layout.MANIFEST)
+
+
+def test_only_folders_with_a_manifest_or_a_loss_record_are_entries(swift):
+    with swift.store() as store:
+        store.check()
+        _folder(store, OffsetRange(TOPIC, 0, 0, 10), "part-00000000000000000000.parquet", layout.MANIFEST)
+        _folder(store, OffsetRange(TOPIC, 0, 10, 20), "part-00000000000000000010.parquet")  # unfinished
+        _folder(store, OffsetRange(TOPIC, 0, 10, 15), layout.LOSS)
+        _folder(store, OffsetRange(TOPIC, 0, 15, 30), layout.MANIFEST)
+        _folder(store, OffsetRange(TOPIC, 1, 0, 5), layout.MANIFEST)
+        archive = PartitionArchive(store, "kafka", TOPIC, 0)
+        assert list(archive.all()) == [Entry(0, 10, RANGE), Entry(10, 15, LOSS), Entry(15, 30, RANGE)]
+        assert list(archive.entries_from(12)) == [Entry(10, 15, LOSS), Entry(15, 30, RANGE)]
+        assert list(archive.entries_from(15)) == [Entry(15, 30, RANGE)]
+        assert list(archive.entries_from(30)) == []
+        assert archive.last_before(15) == Entry(10, 15, LOSS)
+        assert archive.last_before(0) is None
+        assert archive.overlapping(5, 16) == [Entry(0, 10, RANGE), Entry(10, 15, LOSS), Entry(15, 30, RANGE)]
+        assert archive.entry_at_or_after(11) == Entry(15, 30, RANGE)
+        assert archive.entry_at_or_after(31) is None
+        assert archived_partitions(store, "kafka", TOPIC) == [0, 1]
+
+
+def test_an_unfinished_folder_below_the_offset_is_passed_over(swift):
+    with swift.store() as store:
+        store.check()
+        _folder(store, OffsetRange(TOPIC, 0, 0, 10), layout.MANIFEST)
+        for i in range(20):  # more failed attempts than one reverse listing page
+            _folder(store, OffsetRange(TOPIC, 0, 10 + i, 40), "part-y.parquet")
+        archive = PartitionArchive(store, "kafka", TOPIC, 0)
+        assert archive.last_before(40) == Entry(0, 10, RANGE)
+        assert list(archive.entries_from(5)) == [Entry(0, 10, RANGE)]
+
+
+def test_lookups_from_an_offset_list_as_much_at_any_history(swift):
+    """The Day-365 property: the requests of a lookup do not grow with the ranges below it."""
+    counts = {}
+    for n in (1, 150):
+        with swift.store() as store:
+            store.container = f"{swift.container}-{n}"
+            store.check()
+            _history(store, 0, n)
+            end = n * 10
+            _folder(store, OffsetRange(TOPIC, 0, end, end + 10), layout.MANIFEST)  # not committed yet
+            archive = PartitionArchive(store, "kafka", TOPIC, 0)
+            before = store.listings
+            found = list(archive.entries_from(end))
+            found += archive.overlapping(end + 10, end + 20)
+            found.append(archive.last_before(end))
+            counts[n] = store.listings - before
+            assert found == [Entry(end, end + 10, RANGE), Entry(end - 10, end, RANGE)]
+    assert counts[1] == counts[150], counts
