@@ -9,7 +9,6 @@ import os
 import time
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import NewTopic
 from dagster import Config, MetadataValue, OpExecutionContext, Output, job, op
 from pydantic import Field
 
@@ -120,13 +119,8 @@ def produce(context: OpExecutionContext, config: LoadConfig, kafka: KafkaResourc
 
 
 def ensure_topic(kafka: KafkaResource, topic: str, partitions: int) -> None:
-    admin = kafka.admin()
-    fs = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=-1)])
-    try:
-        fs[topic].result(kafka.timeout_s)
-    except KafkaException as e:
-        if e.args[0].name() != "TOPIC_ALREADY_EXISTS":
-            raise
+    """Create the topic if missing, and wait until each partition has a leader (a fresh broker)."""
+    kafka.create_topic(topic, partitions)
 
 
 @job(description="Produce test records to a Kafka topic (Matos' `load`).")

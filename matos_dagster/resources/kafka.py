@@ -13,7 +13,7 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewTopic
 from dagster import ConfigurableResource
 from pydantic import Field
 
@@ -115,13 +115,57 @@ class KafkaResource(ConfigurableResource):
 
     def partitions(self, topic: str) -> list[int]:
         """The topic's partition ids; UnknownTopic if it does not exist."""
-        md = self._metadata(topic)
-        t = md.topics.get(topic)
-        if t is None or (t.error is not None and t.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
-            raise UnknownTopic(f"Kafka topic {topic!r} does not exist on {self.bootstrap_servers}")
-        if t.error is not None:
-            raise KafkaUnavailable(f"Kafka could not describe topic {topic!r}: {t.error.str()}")
-        return sorted(t.partitions)
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            md = self._metadata(topic)
+            t = md.topics.get(topic)
+            if t is None or (t.error is not None and t.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART):
+                raise UnknownTopic(f"Kafka topic {topic!r} does not exist on {self.bootstrap_servers}")
+            if t.error is None:
+                return sorted(t.partitions)
+            if t.error.code() not in _STARTING or time.monotonic() >= deadline:
+                raise KafkaUnavailable(f"Kafka could not describe topic {topic!r}: {t.error.str()}")
+            time.sleep(0.2)  # a topic just created, or a broker just started: leaders are being elected
+
+    def create_topic(self, topic: str, partitions: int, config: dict[str, str] | None = None) -> bool:
+        """Create the topic (False if it exists already), and return once each partition has a leader.
+
+        A broker answers CreateTopics before the new partitions' leaders are known everywhere:
+        a client that asks at once meets NOT_LEADER_FOR_PARTITION or LEADER_NOT_AVAILABLE.
+        """
+        admin = self.admin()  # must outlive the future, or the request is cancelled
+        fs = admin.create_topics(
+            [NewTopic(topic, num_partitions=partitions, replication_factor=-1, config=config or {})]
+        )
+        try:
+            fs[topic].result(self.timeout_s)
+            created = True
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise self._unavailable(e) from None
+            created = False
+        self.wait_for_leaders(topic)
+        return created
+
+    def wait_for_leaders(self, topic: str) -> None:
+        """Return when every partition of the topic has a leader; KafkaUnavailable after the timeout."""
+        admin = self.admin()
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            t = self._metadata(topic).topics.get(topic)
+            waiting = (
+                ["the topic"] if t is None or t.error is not None or not t.partitions
+                else [p for p, m in sorted(t.partitions.items()) if m.leader < 0 or m.error is not None]
+            )
+            if not waiting:
+                return
+            if time.monotonic() >= deadline:
+                raise KafkaUnavailable(
+                    f"Kafka topic {topic!r} has no leader for partition(s) {waiting} after {self.timeout_s}s "
+                    f"on {self.bootstrap_servers}; check the brokers' logs"
+                )
+            admin.poll(0)
+            time.sleep(0.2)
 
     def check_partition(self, topic: str, partition: int) -> None:
         parts = self.partitions(topic)
@@ -137,12 +181,10 @@ class KafkaResource(ConfigurableResource):
         try:
             out = {}
             for p in partitions:
-                try:
-                    out[p] = consumer.get_watermark_offsets(
-                        TopicPartition(topic, p), timeout=self.timeout_s, cached=False
-                    )
-                except KafkaException as e:
-                    raise self._unavailable(e) from None
+                tp = TopicPartition(topic, p)
+                out[p] = self._retried(
+                    lambda left: consumer.get_watermark_offsets(tp, timeout=left, cached=False), _STARTING
+                )
             return out
         finally:
             consumer.close()
@@ -206,12 +248,16 @@ class KafkaResource(ConfigurableResource):
         coordinator takes a moment to be found: both are answered with a retriable error
         that librdkafka hands back instead of waiting it out.
         """
+        return self._retried(call, _COORDINATOR_BUSY)
+
+    def _retried(self, call, transient):
+        """`call(seconds left)`, asked again on an error of `transient` until the timeout."""
         deadline = time.monotonic() + self.timeout_s
         while True:
             try:
                 return call(max(1.0, deadline - time.monotonic()))
             except KafkaException as e:
-                if e.args[0].code() not in _COORDINATOR_BUSY or time.monotonic() >= deadline:
+                if e.args[0].code() not in transient or time.monotonic() >= deadline:
                     raise self._unavailable(e) from None
                 time.sleep(0.2)
 
@@ -262,4 +308,13 @@ _COORDINATOR_BUSY = (
     KafkaError.NOT_COORDINATOR,
     KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
     KafkaError.COORDINATOR_NOT_AVAILABLE,
+)
+# What a broker answers for a moment after it started or created a topic, while leaders are
+# elected: retried within the timeout wherever the product starts against a fresh broker.
+_STARTING = (
+    KafkaError._UNKNOWN_PARTITION,  # the client's metadata does not have the new partitions yet
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_LEADER_EPOCH,
+    KafkaError.FENCED_LEADER_EPOCH,
 )
