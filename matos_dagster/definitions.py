@@ -16,6 +16,7 @@ from matos_dagster.assets.monitor import monitor_automation, monitor_check
 from matos_dagster.jobs.load import load
 from matos_dagster.jobs.ranges import add_ranges_job
 from matos_dagster.jobs.restore import restore_job
+from matos_dagster.jobs.retention import retention_job, retention_schedule
 from matos_dagster.jobs.verify import verify_job
 from matos_dagster.resources import KafkaResource, SparkResource, SwiftResource
 from matos_dagster.sensors.lag import lag_sensor
@@ -58,13 +59,15 @@ RESOURCES = {
 CHECKS = [monitor_check(t) for t in TOPICS]
 MONITORS = [monitor_automation(t, c, os.environ["MATOS_MONITOR_CRON"]) for t, c in zip(TOPICS, CHECKS)]
 SENSOR_INTERVAL_S = int(os.environ["MATOS_SENSOR_INTERVAL_S"])
+RETENTION = retention_job(TOPICS)
 
 defs = Definitions(
     assets=[archive_asset(t) for t in TOPICS],
     asset_checks=CHECKS,
-    jobs=[load, add_ranges_job(TOPICS), restore_job(TOPICS), verify_job(TOPICS)],
+    jobs=[load, add_ranges_job(TOPICS), restore_job(TOPICS), verify_job(TOPICS), RETENTION],
     sensors=[lag_sensor(t, ranges_partitions(t), SENSOR_INTERVAL_S) for t in TOPICS] + [s for _, s in MONITORS],
-    schedules=[schedule for schedule, _ in MONITORS],
+    schedules=[schedule for schedule, _ in MONITORS]
+    + [retention_schedule(RETENTION, os.environ["MATOS_RETENTION_CRON"])],
     resources=RESOURCES,
     # Every Spark step in its own process would start its own JVM: run steps in the run's process.
     executor=in_process_executor,

@@ -20,6 +20,11 @@ MAX_ATTEMPTS = 5
 IN_FLIGHT = "in_flight"  # run queued, starting or running, or not created yet
 SUCCEEDED = "succeeded"
 FAILED = "failed"  # failed or canceled
+MISSING = "missing"  # no run with the key in run storage: not created yet, or deleted by run retention
+
+# A requested run the daemon has not created within this long never will be: its key is judged
+# by the committed offset instead (run retention deletes old runs, so runs do vanish).
+VANISHED_AFTER_MS = 10 * 60 * 1000
 
 
 @dataclass(frozen=True)
@@ -33,6 +38,7 @@ class PartitionState:
     committed: int | None = None  # committed offset seen at the last tick
     oldest_start: int | None = None  # `start` the age below was read for
     oldest_ts_ms: int | None = None  # timestamp of the first pending record
+    requested_ms: int | None = None  # when `key`'s latest run was requested (or first found missing)
 
     def to_json(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None}
@@ -81,7 +87,7 @@ def decide(
     oldest_ts_ms: int | None = None,
     avg_record_bytes: float | None = None,
 ) -> Decision:
-    """`run`: IN_FLIGHT, SUCCEEDED or FAILED for `state.key`'s latest run (None if no key)."""
+    """`run`: IN_FLIGHT, SUCCEEDED, FAILED or MISSING for `state.key`'s latest run (None if no key)."""
     warning = None
     if state.committed is not None and offsets.committed != state.committed and (
         offsets.committed is None or state.next is None or offsets.committed != state.next
@@ -93,6 +99,9 @@ def decide(
     state = replace(state, committed=offsets.committed)
 
     if state.key is not None and not state.done:
+        vanished = run == MISSING
+        if vanished:
+            run, state = _missing_run(state, offsets, now_ms)
         if run == IN_FLIGHT:
             return Decision(state, reason=f"range {state.key} is in flight", warning=warning)
         if run == FAILED:
@@ -103,16 +112,19 @@ def decide(
                     warning=f"{topic.name}/{partition}: range {state.key} failed {state.attempt} times and "
                     "is no longer requested automatically; see its runs, fix the cause, then re-run it",
                 )
-            state = replace(state, attempt=state.attempt + 1)
+            state = replace(state, attempt=state.attempt + 1, requested_ms=now_ms)
             return Decision(
                 state,
                 request=parse_key(state.key),
                 run_key=f"{state.key}#{state.attempt}",
-                reason=f"range {state.key} failed; requested again (attempt {state.attempt} of {MAX_ATTEMPTS})",
+                reason=(
+                    f"range {state.key} has no run in run storage and the committed offset is below its end"
+                    if vanished else f"range {state.key} failed"
+                ) + f"; requested again (attempt {state.attempt} of {MAX_ATTEMPTS})",
                 warning=warning,
             )
-        # SUCCEEDED (or its run vanished from storage): the range is archived.
-        state = replace(state, done=True)
+        # SUCCEEDED: the range is archived.
+        state = replace(state, done=True, requested_ms=None)
 
     start = start_of_next(state, offsets)
     pending = offsets.high - start
@@ -147,5 +159,25 @@ def decide(
         )
     end = min(offsets.high, start + topic.max_range_records)
     r = OffsetRange(topic.name, partition, start, end)
-    state = replace(state, next=end, key=r.key, attempt=1, done=False, oldest_start=None, oldest_ts_ms=None)
+    state = replace(state, next=end, key=r.key, attempt=1, done=False, oldest_start=None, oldest_ts_ms=None,
+                    requested_ms=now_ms)
     return Decision(state, request=r, run_key=r.key, reason=why, warning=warning)
+
+
+def _missing_run(state: PartitionState, offsets: Offsets, now_ms: int) -> tuple[str, PartitionState]:
+    """What a requested key with no run in storage means: IN_FLIGHT, SUCCEEDED or FAILED.
+
+    Just requested, the daemon may not have created the run yet. Long after, the run was
+    deleted (run retention) or never created: whether it archived its range is then read from
+    the committed offset, which a successful run moves to at least the range's end (ranges of a
+    partition are archived in order). Below it, the range is requested again: a run of an
+    archived range only verifies it, so a wrong guess costs a run, never a gap.
+    """
+    if state.requested_ms is None:  # a cursor written before this field: start the clock now
+        return IN_FLIGHT, replace(state, requested_ms=now_ms)
+    if now_ms - state.requested_ms < VANISHED_AFTER_MS:
+        return IN_FLIGHT, state
+    end = parse_key(state.key).end
+    if offsets.committed is not None and offsets.committed >= end:
+        return SUCCEEDED, state
+    return FAILED, state

@@ -63,6 +63,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("MATOS_TOPICS_FILE", str(PROJECT_ROOT / "topics.yaml"), "YAML file of the topics to archive."),
     Setting("MATOS_SENSOR_INTERVAL_S", "30", "Seconds between two ticks of each topic's lag sensor."),
     Setting("MATOS_MONITOR_CRON", "*/5 * * * *", "When the monitor check runs on its own (cron)."),
+    # Retention of Dagster's own records (the archive in Swift is never pruned)
+    Setting("MATOS_RETENTION_CRON", "7 * * * *", "When the `retention` job prunes old partition keys and runs (cron)."),
+    Setting("MATOS_KEEP_KEYS", "1000",
+            "Partition keys kept per topic partition (the newest); older keys of archived, committed ranges "
+            "are removed. Their ranges stay in Swift: read, verified and restored as before."),
+    Setting("MATOS_KEEP_RUNS", "1000",
+            "Finished runs kept per job (the newest), with their event logs and compute logs; older ones are deleted."),
+    Setting("MATOS_KEEP_FAILED_RUNS_DAYS", "14", "Days a failed run is kept for an operator, beyond MATOS_KEEP_RUNS."),
     # Local stack
     Setting("MATOS_DEVSTACK_DIR", str(PROJECT_ROOT / ".devstack"),
             "Where the local stack keeps its data, logs and downloads."),

@@ -2,7 +2,17 @@
 
 import pytest
 
-from matos_dagster.policy import FAILED, IN_FLIGHT, MAX_ATTEMPTS, SUCCEEDED, Offsets, PartitionState, decide
+from matos_dagster.policy import (
+    FAILED,
+    IN_FLIGHT,
+    MAX_ATTEMPTS,
+    MISSING,
+    SUCCEEDED,
+    VANISHED_AFTER_MS,
+    Offsets,
+    PartitionState,
+    decide,
+)
 from matos_dagster.ranges import OffsetRange
 from matos_dagster.topics import TopicConfig
 
@@ -92,3 +102,32 @@ def test_records_deleted_before_archiving_are_reported_loudly_and_nothing_is_req
 def test_state_survives_the_cursor_round_trip():
     s = requested(attempt=3)
     assert PartitionState.from_json(s.to_json()) == s
+
+
+# A requested key whose run is not in run storage: not created yet, or deleted by run retention.
+def test_a_run_not_created_yet_is_in_flight_for_a_while():
+    d = decide(T, 0, requested_at(NOW - 60_000), Offsets(0, 5000, 0), MISSING, NOW)
+    assert d.request is None and "in flight" in d.reason
+
+
+def test_a_vanished_run_whose_range_is_committed_counts_as_finished():
+    d = decide(T, 0, requested_at(NOW - VANISHED_AFTER_MS), Offsets(0, 5000, 100), MISSING, NOW)
+    assert d.request == OffsetRange("t", 0, 100, 1100) and d.state.requested_ms == NOW
+
+
+def test_a_vanished_run_whose_range_is_not_committed_is_requested_again_not_skipped():
+    d = decide(T, 0, requested_at(NOW - VANISHED_AFTER_MS), Offsets(0, 5000, 0), MISSING, NOW)
+    assert d.request == OffsetRange("t", 0, 0, 100) and d.run_key == d.request.key + "#2"
+    assert "no run in run storage" in d.reason
+
+
+def test_a_cursor_from_before_the_request_time_starts_the_clock_instead_of_waiting_forever():
+    d = decide(T, 0, requested(), Offsets(0, 5000, 100), MISSING, NOW)
+    assert d.request is None and d.state.requested_ms == NOW
+    later = decide(T, 0, d.state, Offsets(0, 5000, 100), MISSING, NOW + VANISHED_AFTER_MS)
+    assert later.request == OffsetRange("t", 0, 100, 1100)
+
+
+def requested_at(ms: int) -> PartitionState:
+    return PartitionState(next=100, key=OffsetRange("t", 0, 0, 100).key, attempt=1, done=False, committed=0,
+                          requested_ms=ms)

@@ -23,10 +23,10 @@ from dagster import (
     SkipReason,
     sensor,
 )
-from dagster._core.storage.tags import RUN_KEY_TAG, SENSOR_NAME_TAG
 
 from matos_dagster import policy
-from matos_dagster.policy import FAILED, IN_FLIGHT, SUCCEEDED, Offsets, PartitionState
+from matos_dagster.dagster_compat import RUN_KEY_TAG, SENSOR_NAME_TAG
+from matos_dagster.policy import FAILED, IN_FLIGHT, MISSING, SUCCEEDED, Offsets, PartitionState
 from matos_dagster.resources import KafkaResource
 from matos_dagster.topics import TopicConfig
 
@@ -96,9 +96,13 @@ def _run_key(state: PartitionState) -> str:
 
 
 def _run_states(context: SensorEvaluationContext, in_flight: list[PartitionState]) -> dict[str, str]:
-    """IN_FLIGHT, SUCCEEDED or FAILED for the latest run of each state's key: one query a tick."""
+    """IN_FLIGHT, SUCCEEDED, FAILED or MISSING for the latest run of each state's key: one query a tick.
+
+    MISSING: no run yet (the daemon creates it after the tick) or no run any more (run
+    retention deleted it); `policy.decide` tells the two apart by when the key was requested.
+    """
     keys = [_run_key(s) for s in in_flight]
-    out = {k: IN_FLIGHT for k in keys}  # requested, but the daemon may not have created the run yet
+    out = {k: MISSING for k in keys}
     if not keys:
         return out
     runs = context.instance.get_runs(

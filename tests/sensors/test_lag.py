@@ -14,6 +14,7 @@ from dagster._core.test_utils import create_run_for_test
 
 from helpers import produce
 from matos_dagster.assets.archive import ranges_partitions
+from matos_dagster.policy import VANISHED_AFTER_MS
 from matos_dagster.ranges import OffsetRange
 from matos_dagster.sensors.lag import lag_sensor
 from matos_dagster.topics import TopicConfig
@@ -162,3 +163,35 @@ def test_an_offset_moved_by_someone_else_is_noticed(kafka, instance, new_topic, 
     (r2, _), = requested(sensor.tick())
     assert "moved from 100 to 30 by someone else" in capfd.readouterr().err  # the tick's log
     assert r2.start == 100
+
+
+def age_request(sensor: Sensor, partition: int = 0, ms: int = VANISHED_AFTER_MS) -> None:
+    """Make the cursor's last request `ms` older, as if that much time had passed since."""
+    state = json.loads(sensor.cursor)
+    state[str(partition)]["requested_ms"] -= ms
+    sensor.cursor = json.dumps(state)
+
+
+def test_a_range_whose_run_was_deleted_by_run_retention_does_not_stall_its_partition(kafka, instance, new_topic):
+    name = new_topic()
+    produce(kafka, name, [(b"k", b"v", [])] * 100)
+    sensor = Sensor(topic_config(name), kafka, instance)
+    (first, key1), = requested(sensor.tick())
+    assert "in flight" in sensor.tick().skip_reason.skip_message, "the daemon has not created the run yet"
+    sensor.finish(key1, DagsterRunStatus.SUCCESS, commit_to=100)
+    for run in instance.get_runs():
+        instance.delete_run(run.run_id)  # what run retention does to old runs
+    produce(kafka, name, [(b"k", b"v", [])] * 100)
+    age_request(sensor)
+    (second, _), = requested(sensor.tick())
+    assert (second.start, second.end) == (100, 200)
+
+
+def test_a_range_whose_run_vanished_before_its_commit_is_requested_again(kafka, instance, new_topic):
+    name = new_topic()
+    produce(kafka, name, [(b"k", b"v", [])] * 100)
+    sensor = Sensor(topic_config(name), kafka, instance)
+    (first, key1), = requested(sensor.tick())
+    age_request(sensor)  # no run was ever created for it, and nothing was committed
+    (again, run_key), = requested(sensor.tick())
+    assert again == first and run_key == f"{first.key}#2"
