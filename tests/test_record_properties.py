@@ -1,0 +1,89 @@
+"""Every field of every record survives the archive exactly, for any record Kafka can hold.
+
+Property-based (hypothesis): random keys and values (null, empty, any bytes), headers (order,
+repeated keys, null values, non-UTF-8 bytes, non-ASCII keys), timestamps over Kafka's whole
+range (0 to 2**63-1 ms; none) and every timestamp type, through both formats. The encoder is
+judged by the tests' own decoder (helpers.decode_object, written apart from the product), the
+product's decoder by the records put in.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from helpers import TIMESTAMP_TYPES, decode_object, table_rows
+from matos_dagster import records
+
+FORMATS = ["parquet", "jsonl"]
+# Kafka timestamps are Java longs; producers refuse negative ones, and -1 means "none".
+KAFKA_TIMESTAMPS = st.one_of(
+    st.integers(0, 2**63 - 1),
+    st.sampled_from([0, 1, 1096946696824, 2**53 + 1, 7258118400000, 2**63 - 1]),  # 7258118400000: 2200-01-01
+)
+BYTES = st.one_of(st.none(), st.just(b""), st.binary(max_size=64))
+# Header keys are strings in Kafka (Java String); any character a UTF-8 string can hold.
+HEADER_KEYS = st.text(st.characters(exclude_categories=("Cs",)), max_size=8)
+HEADERS = st.one_of(st.none(), st.lists(st.tuples(st.sampled_from(["h", "dup", "é"]) | HEADER_KEYS, BYTES), max_size=6))
+
+
+@st.composite
+def kafka_records(draw):
+    """(offset, timestamp type, timestamp, key, value, headers) as confluent-kafka gives them."""
+    n = draw(st.integers(1, 12))
+    offsets = sorted(draw(st.sets(st.integers(0, 2**63 - 2), min_size=n, max_size=n)))
+    out = []
+    for offset in offsets:
+        ts_type = draw(st.sampled_from([0, 1, 2]))
+        ts = -1 if ts_type == 0 else draw(KAFKA_TIMESTAMPS)  # confluent-kafka: (0, -1) when none
+        out.append((offset, ts_type, ts, draw(BYTES), draw(BYTES), draw(HEADERS)))
+    return out
+
+
+def expected_rows(topic: str, partition: int, recs) -> list[dict]:
+    return [
+        {
+            "topic": topic, "partition": partition, "offset": offset,
+            "timestamp": ts if ts_type else None, "timestamp_type": TIMESTAMP_TYPES[ts_type],
+            "key": key, "value": value,
+            "headers": [{"key": k, "value": v} for k, v in (headers or [])],
+        }
+        for offset, ts_type, ts, key, value, headers in recs
+    ]
+
+
+def batch_of(topic: str, partition: int, recs) -> records.Batch:
+    b = records.Batch(topic, partition)
+    for offset, ts_type, ts, key, value, headers in recs:
+        b.add(offset, ts_type, ts, key, value, headers, 0)
+    return b
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(recs=kafka_records(), partition=st.integers(0, 2**31 - 1), topic=st.from_regex(r"[a-zA-Z0-9._-]{1,40}", fullmatch=True))
+def test_every_field_of_any_record_survives_both_formats_exactly(fmt, recs, partition, topic):
+    data = records.encode(batch_of(topic, partition, recs).table(), fmt)
+    expected = expected_rows(topic, partition, recs)
+    assert decode_object(data, fmt) == expected  # what is written, read by independent code
+    assert table_rows(records.decode(data, fmt)) == expected  # the product's own reading of it
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("ts", [1096946696824, 1_700_000_000_001, 2**53 + 1, 253402300799999, 2**63 - 1, 0])
+def test_timestamps_are_written_to_the_millisecond_whatever_their_size(fmt, ts):
+    """The issue's example: 1096946696824 came back as 1096946696823 from JSON Lines (a float on the way)."""
+    data = records.encode(batch_of("t", 0, [(5, 1, ts, b"k", b"v", None)]).table(), fmt)
+    assert decode_object(data, fmt)[0]["timestamp"] == ts
+    assert table_rows(records.decode(data, fmt))[0]["timestamp"] == ts
+
+
+def test_json_lines_writes_timestamps_as_json_integers():
+    import gzip
+    import json
+
+    data = records.encode(batch_of("t", 0, [(5, 2, 1096946696824, None, None, None)]).table(), "jsonl")
+    line = gzip.decompress(data).decode()
+    assert '"timestamp":1096946696824,' in line
+    assert json.loads(line)["timestamp_type"] == "LogAppendTime"
