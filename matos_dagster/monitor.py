@@ -1,15 +1,22 @@
 """The monitor's judgement of one topic: Matos' `monitor`, grown up, with Burrow's rules.
 
 Per topic partition: log start and end offsets, committed offset, archived high-water mark
-(AHWM: end of the contiguous prefix of ranges whose manifest is in Swift), lag in records
-and seconds, gaps, overlaps and data lost to retention. Status over a window of recent
-evaluations, as Burrow evaluates a consumer:
+(AHWM: end of the contiguous prefix of entries, archived ranges and acknowledged losses),
+lag in records and seconds, gaps, overlaps, data lost to retention, and acknowledged losses.
+Coverage is judged with spans.py, the arithmetic the commit step and the verifier use too.
+Status over a window of recent evaluations, as Burrow evaluates a consumer:
 
-- ERROR: a gap or an overlap between manifests, committed offsets not covered by the
-  archive, offsets deleted before they were archived, or a stall (lag, and the committed
-  offset has not moved for `stall_s`);
-- WARN: lag above the topic's threshold in every evaluation of the window, and not shrinking;
-- OK otherwise.
+- ERROR: a gap or an overlap between entries, committed offsets in no entry, offsets
+  deleted before they were archived (and not acknowledged as lost), or a stall (lag, and
+  the committed offset has not moved for `stall_s`);
+- WARN: lag above the topic's threshold in every evaluation of a full window, and not shrinking;
+- OK otherwise. An acknowledged loss (loss.py) is shown, but is not an error: an operator
+  has recorded it, and the partition goes on past it.
+
+Incremental: each evaluation hands the next one a `Known` per partition, how far the archive
+is contiguous and sound; the next lists only from there (`entries_from`), so an evaluation
+costs the same at any history. The first one (no `Known`) reads the partition once, whole.
+Full audits are the verifier's (`verify`).
 
 No Dagster imports.
 """
@@ -17,13 +24,17 @@ No Dagster imports.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Iterable
 
-from matos_dagster.ranges import coverage
+from matos_dagster import spans
+from matos_dagster.archived import LOSS, RANGE, Entry, PartitionArchive
+from matos_dagster.spans import Span
 from matos_dagster.topics import TopicConfig
 
 OK, WARN, ERROR = "OK", "WARN", "ERROR"
 _RANK = {OK: 0, WARN: 1, ERROR: 2}
 WINDOW = 5  # evaluations, this one included
+KEEP_ACKNOWLEDGED = 20  # acknowledged losses carried from one evaluation to the next, latest
 
 
 @dataclass(frozen=True)
@@ -33,6 +44,35 @@ class Sample:
     t: float  # seconds since the epoch
     committed: int | None
     lag: int
+
+
+@dataclass(frozen=True)
+class Known:
+    """What earlier evaluations established about a partition's archive.
+
+    Every offset of `[first, sound_to)` is in exactly one entry, no gap, no overlap: later
+    evaluations take that as given and list from `sound_to` only. `ranges` and `offsets`
+    count the archived ranges and their offsets below `sound_to`; `acknowledged` are the
+    latest acknowledged losses below it (to keep showing them).
+    """
+
+    first: int
+    sound_to: int
+    ranges: int = 0
+    offsets: int = 0
+    acknowledged: tuple[Span, ...] = ()
+
+    def to_json(self) -> list:
+        return [self.first, self.sound_to, self.ranges, self.offsets, [list(s) for s in self.acknowledged]]
+
+    @classmethod
+    def from_json(cls, doc) -> "Known | None":
+        try:
+            first, sound_to, ranges, offsets, acknowledged = doc
+            return cls(int(first), int(sound_to), int(ranges), int(offsets),
+                       tuple((int(a), int(b)) for a, b in acknowledged))
+        except (TypeError, ValueError):
+            return None  # written by another version: read the partition whole once
 
 
 @dataclass
@@ -45,14 +85,24 @@ class PartitionReport:
     archived_ranges: int
     lag_records: int
     lag_seconds: float
-    gaps: list[tuple[int, int]] = field(default_factory=list)
-    overlaps: list[tuple[int, int]] = field(default_factory=list)
-    lost: list[tuple[int, int]] = field(default_factory=list)
+    gaps: list[Span] = field(default_factory=list)
+    overlaps: list[Span] = field(default_factory=list)
+    lost: list[Span] = field(default_factory=list)
+    acknowledged: list[Span] = field(default_factory=list)  # losses an operator acknowledged
+    archived_offsets: int = 0
     status: str = OK
     reasons: list[str] = field(default_factory=list)
+    known: Known | None = None  # for the next evaluation
 
     def sample(self, now: float) -> Sample:
         return Sample(now, self.committed, self.lag_records)
+
+
+def read_entries(archive: PartitionArchive, known: Known | None, high: int) -> list[Entry]:
+    """The entries an evaluation must look at: from `known.sound_to` on, or all of them once."""
+    if known is None or known.sound_to > high:  # no state, or the topic was made anew
+        return list(archive.all())
+    return list(archive.entries_from(known.sound_to))
 
 
 def evaluate_partition(
@@ -61,38 +111,67 @@ def evaluate_partition(
     low: int,
     high: int,
     committed: int | None,
-    ranges: list[tuple[int, int]],
+    entries: Iterable[Entry],
     oldest_unarchived_ts_ms: int | None,
     history: list[Sample],
     now: float,
+    known: Known | None = None,
 ) -> PartitionReport:
-    """`history`: this partition's samples from earlier evaluations, oldest first."""
-    cov = coverage(ranges)
+    """`entries`: this partition's entries from `known.sound_to` on (all of them without `known`);
+    `history`: its samples from earlier evaluations, oldest first."""
+    entries = sorted(entries)
+    if known is not None and known.sound_to > high:
+        known = None
+    ranges = [e.span for e in entries if e.kind == RANGE]
+    losses = [e.span for e in entries if e.kind == LOSS]
+    given = [(known.first, known.sound_to)] if known is not None and known.first < known.sound_to else []
+    every = given + [e.span for e in entries]
+    cov = spans.coverage(every)
     position = committed if committed is not None else low
     lag = max(0, high - position)
     lag_s = max(0.0, now - oldest_unarchived_ts_ms / 1000) if lag and oldest_unarchived_ts_ms else 0.0
-    r = PartitionReport(partition, low, high, committed, cov.contiguous_end, len(ranges), lag, lag_s)
-    r.gaps = list(cov.gaps)
+    r = PartitionReport(partition, low, high, committed, cov.contiguous_end,
+                        (known.ranges if known else 0) + len(ranges), lag, lag_s)
+    r.archived_offsets = (known.offsets if known else 0) + sum(b - a for a, b in ranges)
+    r.acknowledged = spans.merge(list(known.acknowledged if known else ()) + losses)
     r.overlaps = list(cov.overlaps)
 
-    archived_to = cov.contiguous_end if cov.contiguous_end is not None else position
-    if committed is not None and committed > archived_to and not _covered(ranges, archived_to, committed):
-        r.gaps.append((archived_to, committed))
-        r.reasons.append(f"offsets [{archived_to}, {committed}) are committed but in no manifest")
-    if cov.gaps:
-        r.reasons.append("gaps between archived ranges: " + _spans(cov.gaps))
+    # What the archive promises: from its first entry (or the committed offset, if lower) up
+    # to the committed offset, its last entry or the log start, whichever is furthest. Each
+    # offset of it that no entry holds is a hole; below the log start a hole is lost for good
+    # (reported once, as lost, not as a gap too).
+    starts = [x for x in (cov.first, committed) if x is not None]
+    last_end = max((b for _, b in every), default=None)
+    between, uncommitted = [], []
+    if starts:
+        top = max(x for x in (committed, last_end, low) if x is not None)
+        for hole in spans.uncovered(every, min(starts), top):
+            gone = spans.clip(hole, None, low)
+            if gone:
+                r.lost.append(gone)
+            rest = spans.clip(hole, low, None)
+            if rest is None:
+                continue
+            inside = spans.clip(rest, cov.first, last_end) if cov.first is not None else None
+            if inside:
+                between.append(inside)
+            past = spans.clip(rest, last_end if last_end is not None else None, committed)
+            if past and committed is not None:
+                uncommitted.append(past)
+            # Anything else lies below the first entry and above the log start: a committed
+            # offset moved back below the archive; those records wait in Kafka to be archived.
+    r.gaps = spans.merge(between + uncommitted)
+    if between:
+        r.reasons.append("gaps between archived ranges: " + _spans(between))
+    for a, b in uncommitted:
+        r.reasons.append(f"offsets [{a}, {b}) are committed but in no manifest")
     if r.overlaps:
         r.reasons.append("overlapping archived ranges: " + _spans(r.overlaps))
-
-    # Offsets below the log start that no manifest holds are gone for good: in a gap, or
-    # between the end of the archive and the log start. Before anything was archived or
-    # committed, nothing was promised, so nothing is counted lost.
-    unarchived = list(r.gaps)
-    if committed is not None or ranges:
-        unarchived.append((max(position, archived_to), low))
-    r.lost = [(lo, min(hi, low)) for lo, hi in unarchived if lo < min(hi, low)]
     if r.lost:
-        r.reasons.append("records deleted before they were archived: " + _spans(r.lost))
+        r.reasons.append(
+            "records deleted before they were archived: " + _spans(r.lost)
+            + f" (acknowledge with the acknowledge_loss job, partition {partition}, to go on)"
+        )
 
     window = history[-(WINDOW - 1):]
     stalled_since = _stalled_since(history, committed, now)
@@ -101,12 +180,33 @@ def evaluate_partition(
 
     if r.reasons:
         r.status = ERROR
-    elif lag > topic.lag_warn_records and window and all(s.lag > topic.lag_warn_records for s in window) and lag >= window[0].lag:
+    elif (lag > topic.lag_warn_records and len(window) == WINDOW - 1
+          and all(s.lag > topic.lag_warn_records for s in window) and lag >= window[0].lag):
+        # Every evaluation of a full window: one high sample after a quiet spell is not a trend.
         r.status = WARN
-        r.reasons.append(
-            f"lag {lag} above {topic.lag_warn_records} for the last {len(window) + 1} evaluations and not shrinking"
-        )
+        r.reasons.append(f"lag {lag} above {topic.lag_warn_records} for the last {WINDOW} evaluations and not shrinking")
+    r.known = _known(known, cov, every, entries)
     return r
+
+
+def _known(known: Known | None, cov: spans.Coverage, every: list[Span], entries: list[Entry]) -> Known | None:
+    """How far the archive is now known contiguous and sound: up to the first hole, or the start
+    of the first entry in an overlap (so the next evaluation lists that entry again)."""
+    if cov.first is None:
+        return None
+    in_overlap = [a for a, b in every if any(a < hi and lo < b for lo, hi in cov.overlaps)]
+    sound_to = min([cov.contiguous_end] + in_overlap)
+    if sound_to <= cov.first:
+        return None
+    below = [e for e in entries if e.end <= sound_to]
+    kept = spans.merge(list(known.acknowledged if known else ()) + [e.span for e in below if e.kind == LOSS])
+    return Known(
+        first=cov.first,
+        sound_to=sound_to,
+        ranges=(known.ranges if known else 0) + sum(e.kind == RANGE for e in below),
+        offsets=(known.offsets if known else 0) + sum(e.end - e.start for e in below if e.kind == RANGE),
+        acknowledged=tuple(kept[-KEEP_ACKNOWLEDGED:]),
+    )
 
 
 def overall(reports: list[PartitionReport]) -> str:
@@ -123,13 +223,5 @@ def _stalled_since(history: list[Sample], committed: int | None, now: float) -> 
     return since
 
 
-def _covered(ranges: list[tuple[int, int]], lo: int, hi: int) -> bool:
-    pos = lo
-    for a, b in sorted(ranges):
-        if a <= pos < b:
-            pos = b
-    return pos >= hi
-
-
-def _spans(spans) -> str:
-    return ", ".join(f"[{a}, {b})" for a, b in spans)
+def _spans(found) -> str:
+    return ", ".join(f"[{a}, {b})" for a, b in found)

@@ -1,14 +1,18 @@
 """The monitor's judgement of a partition, as a table of situations."""
 
-from matos_dagster.monitor import ERROR, OK, WARN, Sample, evaluate_partition, overall
+import pytest
+
+from matos_dagster.archived import LOSS, RANGE, Entry
+from matos_dagster.monitor import ERROR, OK, WARN, WINDOW, Known, Sample, evaluate_partition, overall
 from matos_dagster.topics import TopicConfig
 
 T = TopicConfig("t", lag_warn_records=100, stall_s=600)
 NOW = 10_000.0
 
 
-def judge(low=0, high=0, committed=None, ranges=(), oldest_ms=None, history=()):
-    return evaluate_partition(T, 0, low, high, committed, list(ranges), oldest_ms, list(history), NOW)
+def judge(low=0, high=0, committed=None, ranges=(), oldest_ms=None, history=(), losses=(), known=None):
+    entries = [Entry(a, b, RANGE) for a, b in ranges] + [Entry(a, b, LOSS) for a, b in losses]
+    return evaluate_partition(T, 0, low, high, committed, entries, oldest_ms, list(history), NOW, known)
 
 
 def test_an_archive_that_keeps_up_is_ok():
@@ -50,6 +54,13 @@ def test_a_topic_never_archived_has_lost_nothing_yet():
     assert judge(low=150, high=500).lost == []
 
 
+def test_one_earlier_sample_of_high_lag_does_not_warn_the_window_is_every_evaluation():
+    # Issue 20.6: it warned after one earlier sample; the window is WINDOW evaluations.
+    for earlier in range(1, WINDOW - 1):
+        history = [Sample(NOW - 10 * (earlier - i), 100, 500 + i) for i in range(earlier)]
+        assert judge(0, 700, 100, [(0, 100)], history=history).status == OK, earlier
+
+
 def test_lag_high_and_not_shrinking_over_the_window_warns():
     history = [Sample(NOW - 40 + i * 10, 100 + i, 500 + i * 10) for i in range(4)]
     r = judge(0, 700, 104, [(0, 104)], history=history)
@@ -70,3 +81,81 @@ def test_a_committed_offset_that_does_not_move_while_records_wait_is_a_stall():
 def test_the_topic_status_is_its_worst_partition():
     assert overall([judge(0, 10, 10, [(0, 10)]), judge(0, 300, 100, [(0, 100), (200, 300)])]) == ERROR
     assert overall([]) == OK
+
+
+# -- acknowledged loss and coverage judged once (issue 12.5) ------------------------------
+
+
+def test_after_an_acknowledged_loss_and_commit_past_it_the_partition_is_ok():
+    r = judge(low=250, high=1000, committed=1000, ranges=[(250, 1000)], losses=[(100, 250)])
+    assert (r.status, r.gaps, r.lost, r.acknowledged, r.ahwm) == (OK, [], [], [(100, 250)], 1000), r.reasons
+    assert not any("committed but in no manifest" in why for why in r.reasons)
+
+
+def test_a_loss_before_archived_ranges_is_acknowledged_not_an_error():
+    r = judge(low=250, high=1000, committed=1000, ranges=[(0, 100), (250, 1000)], losses=[(100, 250)])
+    assert (r.status, r.gaps, r.lost, r.acknowledged, r.ahwm) == (OK, [], [], [(100, 250)], 1000)
+
+
+def test_an_unacknowledged_loss_under_a_moved_offset_is_listed_once_as_lost_not_as_committed_and_missing():
+    r = judge(low=250, high=1000, committed=1000, ranges=[(0, 100), (250, 1000)])
+    assert r.status == ERROR and r.lost == [(100, 250)] and r.gaps == []
+    assert not any("committed but in no manifest" in why for why in r.reasons), r.reasons
+    assert sum("[100, 250)" in why for why in r.reasons) == 1, r.reasons
+
+
+def test_a_hole_half_deleted_is_lost_below_the_log_start_and_a_gap_above_it():
+    r = judge(low=150, high=1000, committed=1000, ranges=[(0, 100), (200, 1000)])
+    assert r.status == ERROR and r.lost == [(100, 150)] and r.gaps == [(150, 200)]
+
+
+def test_a_committed_offset_past_the_archive_and_the_log_start_is_lost_then_committed_but_missing():
+    r = judge(low=150, high=500, committed=400, ranges=[(0, 100)])
+    assert r.lost == [(100, 150)] and r.gaps == [(150, 400)]
+    assert "offsets [150, 400) are committed but in no manifest" in r.reasons
+
+
+def test_a_range_overlapping_an_acknowledged_loss_is_an_overlap():
+    r = judge(low=250, high=1000, committed=1000, ranges=[(200, 1000)], losses=[(100, 250)])
+    assert r.status == ERROR and r.overlaps == [(200, 250)]
+
+
+def test_an_offset_moved_back_below_the_archive_is_waiting_not_lost_or_a_gap():
+    r = judge(low=0, high=300, committed=50, ranges=[(100, 300)])
+    assert (r.gaps, r.lost) == ([], [])
+
+
+# -- incremental: what an earlier evaluation knew stands for the history below it (13.2) -----
+
+
+@pytest.mark.parametrize("ranges, losses, low, committed", [
+    ([(0, 100), (100, 200), (200, 300)], [], 0, 300),
+    ([(0, 100), (250, 300)], [(100, 250)], 250, 300),
+    ([(0, 100), (100, 200), (250, 300)], [], 0, 200),        # a gap past the known part
+    ([(0, 100), (100, 200), (150, 300)], [], 0, 300),        # an overlap
+    ([(0, 100)], [], 150, 100),                               # an unacknowledged loss
+])
+def test_an_evaluation_from_the_known_part_judges_as_one_that_read_everything(ranges, losses, low, committed):
+    full = judge(low, 400, committed, ranges, losses=losses)
+    assert full.known is not None
+    k = full.known
+    newer = [s for s in ranges if s[1] > k.sound_to], [s for s in losses if s[1] > k.sound_to]  # entries_from
+    again = judge(low, 400, committed, newer[0], losses=newer[1], known=k)
+    assert (again.status, again.gaps, again.overlaps, again.lost, again.acknowledged, again.ahwm,
+            again.archived_ranges, again.archived_offsets) == (
+        full.status, full.gaps, full.overlaps, full.lost, full.acknowledged, full.ahwm,
+        full.archived_ranges, full.archived_offsets)
+    assert again.known == k
+
+
+def test_what_is_known_stops_at_the_first_hole_or_overlap():
+    assert judge(0, 400, 300, [(0, 100), (100, 200), (250, 300)]).known.sound_to == 200
+    assert judge(0, 400, 300, [(0, 100), (100, 200), (150, 300)]).known.sound_to == 100
+    k = judge(250, 400, 300, [(0, 100), (250, 300)], losses=[(100, 250)]).known
+    assert k == Known(first=0, sound_to=300, ranges=2, offsets=150, acknowledged=((100, 250),))
+    assert Known.from_json(k.to_json()) == k and Known.from_json("junk") is None
+
+
+def test_a_topic_made_anew_below_what_was_known_is_read_whole_again():
+    r = judge(0, 50, 50, [(0, 50)], known=Known(0, 300, 3, 300))
+    assert r.ahwm == 50 and r.archived_ranges == 1
