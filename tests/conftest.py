@@ -4,12 +4,19 @@ Spark Connect server for the tests that use one (started on first use).
 Each runs on free ports of 127.0.0.1 with its data in a temporary folder, and is stopped
 by PID when the session ends. Downloads (Kafka's jars, Swift's virtual environment) are
 cached in the project's `.devstack/cache`, shared with `make run`.
+
+At its very end the session checks that it left no process running: every process it
+started (servers, `dagster dev`, CLI runs, Spark JVMs and their Python workers) inherits
+SESSION_VARIABLE from it, so whatever is still alive with this session's value is a leak:
+it is named, stopped, and the session fails.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import signal
+import time
 import uuid
 from pathlib import Path
 
@@ -25,6 +32,75 @@ from matos_dagster.settings import PROJECT_ROOT
 
 CACHE = Path(os.environ.get("MATOS_DEVSTACK_DIR", PROJECT_ROOT / ".devstack")) / "cache"
 OUTPUT = PROJECT_ROOT / "test-output"
+
+# Not MATOS_*: tests that hand a CLI run a clean MATOS_ environment must still pass it on.
+SESSION_VARIABLE = "PYTEST_MATOS_SESSION"
+
+
+# --------------------------------------------------------------------------- no process left
+
+
+def pytest_configure(config):
+    # Set before any test starts a process, so each one (and each of its children) carries it.
+    os.environ[SESSION_VARIABLE] = f"{os.getpid()}-{uuid.uuid4().hex}"
+
+
+def processes_of_this_session() -> dict[int, str]:
+    """pid -> command line of each live process (zombies aside) started under this session."""
+    mark = f"{SESSION_VARIABLE}={os.environ[SESSION_VARIABLE]}".encode()
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            environ = (entry / "environ").read_bytes()
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # gone, or not ours to read
+            continue
+        if mark in environ.split(b"\0") and stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
+            found[int(entry.name)] = cmd[:300]
+    return found
+
+
+def _stop_leftovers(leftovers: dict[int, str]) -> dict[int, str]:
+    """SIGTERM, then SIGKILL after 20 s; what still runs then (ours: they carry our mark)."""
+    for sig, wait_s in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
+        for pid in leftovers:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + wait_s
+        while (leftovers := {p: c for p, c in processes_of_this_session().items() if p in leftovers}) \
+                and time.monotonic() < deadline:
+            time.sleep(0.5)
+        if not leftovers:
+            break
+    return leftovers
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """After every fixture is torn down: fail the session if any process of it still runs."""
+    deadline = time.monotonic() + 30  # a server stopped just now may take a moment to exit
+    while (leftovers := processes_of_this_session()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if not leftovers:
+        return
+    survivors = _stop_leftovers(leftovers)
+    lines = [f"  {pid}: {cmd}" for pid, cmd in sorted(leftovers.items())]
+    message = ("PROCESSES LEFT RUNNING by this test session (now stopped"
+               + (f"; {len(survivors)} survived SIGKILL" if survivors else "") + "):\n" + "\n".join(lines))
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_sep("=", "leaked processes", red=True, bold=True)
+        reporter.write_line(message)
+    else:
+        print(message)
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+# --------------------------------------------------------------------------- servers
 
 
 @pytest.fixture(scope="session")
@@ -76,7 +152,29 @@ def spark_resource() -> SparkResource:
     resource = SparkResource(master="local[2,3]", conf="spark.sql.shuffle.partitions=2")
     yield resource
     if resource._session is not None:
-        resource._session.stop()
+        stop_local_spark(resource._session)
+
+
+def stop_local_spark(session) -> None:
+    """Stop the session and its JVM: pyspark keeps the JVM until Python exits otherwise,
+    and this session's end checks that none of its processes still runs."""
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    session.stop()
+    if gateway is None:
+        return
+    gateway.shutdown()
+    proc = getattr(gateway, "proc", None)  # pyspark's Popen of the JVM; it exits when stdin closes
+    if proc is not None:
+        if proc.stdin is not None:
+            proc.stdin.close()
+        try:
+            proc.wait(60)
+        except Exception:  # noqa: BLE001 - left to the session's leak check, which names it
+            pass
+    SparkContext._gateway = None
+    SparkContext._jvm = None
 
 
 @pytest.fixture(scope="session")

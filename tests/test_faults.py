@@ -4,6 +4,11 @@ finding nothing wrong, or exactly the loss that was induced.
 
 The broker and Swift are session-wide: a test that stops one starts it again, on the same
 port and data, in a `finally`, and waits until it answers before going on.
+
+Each fault test proves its fault hit the range while it was being archived: the run was still
+going when the fault came and when it ended, and the fault had an effect the test saw (the
+archive stalled, a task attempt failed, the run failed). An outage lasts until that effect is
+seen, not a fixed time; a fault that misses its window fails the test.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 
 import pytest
@@ -99,9 +105,15 @@ def archive_retrying(r, cfg, kafka, swift, spark, attempts: int = 4) -> tuple[ob
 
 
 class Background:
-    """archive_range in a thread (with its own Swift connection), watched from the test."""
+    """archive_range in a thread (with its own Swift connection), watched from the test.
+
+    Used as a context manager: whatever happens in the test, the run is over when the block
+    is left (its Spark jobs cancelled if it still runs), so it never goes on writing to the
+    shared Spark session and Swift under the next test.
+    """
 
     def __init__(self, r, cfg, kafka, swift, spark):
+        self.spark = spark
         self.pool = ThreadPoolExecutor(1)
 
         def run():
@@ -110,17 +122,36 @@ class Background:
 
         self.future = self.pool.submit(run)
 
+    def running(self) -> bool:
+        return not self.future.done()
+
     def outcome(self, timeout: float) -> tuple[object | None, str | None]:
         try:
             return self.future.result(timeout=timeout), None
+        except FutureTimeout:
+            self.stop()
+            raise AssertionError(f"the run did not end within {timeout:.0f}s (its Spark jobs were cancelled)")
         except Exception as e:  # noqa: BLE001 - a failed run is one allowed outcome
             return None, f"{type(e).__name__}: {str(e)[:300]}"
+
+    def stop(self) -> None:
+        """End the run: cancel its Spark jobs if it still runs, and wait for its thread."""
+        if not self.future.done():
+            self.spark.sparkContext.cancelAllJobs()
+        try:
+            self.future.exception(timeout=120)
         finally:
-            self.pool.shutdown(wait=False)
+            self.pool.shutdown(wait=self.future.done())
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
 
 
 class StageWatch:
-    """Failed task attempts of the Spark stages that run while it watches (statusTracker)."""
+    """Task attempts of the Spark stages that run while it watches (statusTracker)."""
 
     def __init__(self, spark):
         self.tracker = spark.sparkContext.statusTracker()
@@ -134,11 +165,57 @@ class StageWatch:
             self.stages.update(self.tracker.getActiveStageIds())
             time.sleep(0.1)
 
+    def tasks(self) -> tuple[int, int, int]:
+        """(active, completed, failed) task attempts of the stages seen so far."""
+        infos = [i for i in (self.tracker.getStageInfo(s) for s in list(self.stages)) if i is not None]
+        return (sum(i.numActiveTasks for i in infos), sum(i.numCompletedTasks for i in infos),
+                sum(i.numFailedTasks for i in infos))
+
     def failed_tasks(self) -> int:
         self.stop.set()
         self.thread.join(5)
-        infos = [self.tracker.getStageInfo(s) for s in self.stages]
-        return sum(i.numFailedTasks for i in infos if i is not None)
+        return self.tasks()[2]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join(5)
+
+
+def stalled(watch: StageWatch, run: Background, quiet_polls: int = 5):
+    """A condition: the run's tasks stopped finishing (tasks active, none completed over the
+    last `quiet_polls` polls), a task attempt failed, or the run ended. What it saw, or None."""
+    history: list[tuple[int, int, int]] = []
+
+    def seen():
+        active, completed, failed = watch.tasks()
+        history.append((active, completed, failed))
+        if failed:
+            return f"{failed} task attempt(s) failed"
+        if not run.running():
+            return "the run ended"
+        last = history[-quiet_polls:]
+        if len(last) == quiet_polls and all(a > 0 for a, _, _ in last) and len({c for _, c, _ in last}) == 1:
+            return f"{active} task(s) active, none completed over {quiet_polls} polls"
+        return None
+
+    return seen
+
+
+def task_failed(watch: StageWatch, run: Background):
+    """A condition: a task attempt failed, or the run ended (it failed: the fault was fatal)."""
+
+    def seen():
+        failed = watch.tasks()[2]
+        if failed:
+            return f"{failed} task attempt(s) failed"
+        if not run.running():
+            return "the run ended"
+        return None
+
+    return seen
 
 
 def record(name: str, **numbers) -> None:
@@ -149,22 +226,23 @@ def record(name: str, **numbers) -> None:
 # -- (a) the broker stopped in the middle of a range -------------------------------------------
 
 
-@pytest.mark.slow  # a clean broker stop and start: 45 s and more on a busy machine
 def test_the_broker_stopped_in_the_middle_of_a_range(kafka, kafka_server, swift, spark, new_topic):
     topic = new_topic()
     load(kafka, topic, 20_000)
     cfg = config(topic, slice_records=500)
     r = OffsetRange(topic, 0, 0, 20_000)
-    with swift.store() as store:
+    with swift.store() as store, StageWatch(spark) as watch, Background(r, cfg, kafka, swift, spark) as run:
         prefix = layout.join(store.params.prefix, cfg.prefix)
-        watch = StageWatch(spark)
-        run = Background(r, cfg, kafka, swift, spark)
         try:
             wait_until(lambda: len(objects_in(store, prefix, r)) >= 4, 180, "the first objects")
-            written_before = len(objects_in(store, prefix, r))
-            t0 = time.monotonic()
             kafka_server.stop()
-            time.sleep(3)
+            t0 = time.monotonic()
+            written_before = len(objects_in(store, prefix, r))
+            # The fault hit the range: it was being archived when the broker went.
+            assert run.running() and written_before < 40, f"the run was over: {written_before} objects"
+            # Down until the archive shows it: its tasks stop finishing (or one fails).
+            effect = wait_until(stalled(watch, run), 120, "the archive to feel the broker's absence", 1)
+            assert run.running(), f"the run ended while the broker was down ({effect})"
         finally:
             kafka_server.start()
         down_s = time.monotonic() - t0
@@ -178,8 +256,9 @@ def test_the_broker_stopped_in_the_middle_of_a_range(kafka, kafka_server, swift,
         report = assert_sound(kafka, store, cfg)
         assert report.compared == 20_000
         assert len(objects_in(store, prefix, r)) == len(done.manifest["objects"])  # no stray, no duplicate
-    record("broker", objects_before_stop=written_before, broker_down_s=round(down_s, 1), first_run_error=error,
-           failed_task_attempts=failed_tasks, reruns=len(retries) + (error is not None), compared=report.compared)
+    record("broker", objects_before_stop=written_before, broker_down_s=round(down_s, 1), effect_seen=effect,
+           first_run_error=error, failed_task_attempts=failed_tasks, reruns=len(retries) + (error is not None),
+           compared=report.compared)
 
 
 # -- (b) the Swift proxy stopped in the middle of the uploads ----------------------------------
@@ -195,27 +274,30 @@ def test_the_swift_proxy_stopped_in_the_middle_of_the_uploads(kafka, swift_serve
     load(kafka, topic, 20_000)
     cfg = config(topic, slice_records=500)
     r = OffsetRange(topic, 0, 0, 20_000)
-    with swift.store() as store:
+    with swift.store() as store, StageWatch(spark) as watch, Background(r, cfg, kafka, swift, spark) as run:
         prefix = layout.join(store.params.prefix, cfg.prefix)
-        watch = StageWatch(spark)
-        run = Background(r, cfg, kafka, swift, spark)
         try:
             wait_until(lambda: len(objects_in(store, prefix, r)) >= 4, 180, "the first objects")
-            t0 = time.monotonic()
+            written_before = len(objects_in(store, prefix, r))
             stop_swift_proxy(swift_server)
-            time.sleep(4)
+            t0 = time.monotonic()
+            assert run.running() and written_before < 40, f"the run was over: {written_before} objects"
+            # Down until an upload was refused: a task attempt failed (or the whole run did).
+            effect = wait_until(task_failed(watch, run), 120, "an upload refused while the proxy is down", 0.5)
         finally:
             swift_server.start()  # starts what is not running: the proxy
         down_s = time.monotonic() - t0
         done, error = run.outcome(timeout=400)
         failed_tasks = watch.failed_tasks()
+        assert failed_tasks or error, "no task attempt failed and the run did not: the proxy's stop missed it"
         retries: list[str] = []
         if done is None:
             done, retries = archive_retrying(r, cfg, kafka, swift, spark)
         assert done.manifest["records"] == 20_000 and done.committed_after == 20_000
         report = assert_sound(kafka, store, cfg)
         assert len(objects_in(store, prefix, r)) == len(done.manifest["objects"])
-    record("swift-proxy", proxy_down_s=round(down_s, 1), first_run_error=error, failed_task_attempts=failed_tasks,
+    record("swift-proxy", objects_before_stop=written_before, proxy_down_s=round(down_s, 1), effect_seen=effect,
+           first_run_error=error, failed_task_attempts=failed_tasks,
            reruns=len(retries) + (error is not None), compared=report.compared)
 
 
@@ -264,15 +346,17 @@ def test_a_spark_python_worker_killed_in_the_middle_of_a_slice(kafka, swift, spa
     load(kafka, topic, 20_000)
     cfg = config(topic, slice_records=500)
     r = OffsetRange(topic, 0, 0, 20_000)
-    with swift.store() as store:
+    with swift.store() as store, StageWatch(spark) as watch, Background(r, cfg, kafka, swift, spark) as run:
         prefix = layout.join(store.params.prefix, cfg.prefix)
-        watch = StageWatch(spark)
-        run = Background(r, cfg, kafka, swift, spark)
         wait_until(lambda: len(objects_in(store, prefix, r)) >= 4, 180, "the first objects")
         victim = wait_until(busiest_python_worker, 60, "a Python worker of our Spark")
         os.kill(victim, signal.SIGKILL)  # a descendant of this test process: ours
+        written_before = len(objects_in(store, prefix, r))
+        assert run.running() and written_before < 40, f"the run was over: {written_before} objects"
         done, error = run.outcome(timeout=400)
         failed_tasks = watch.failed_tasks()
+        # The worker was running a slice: its task attempt failed and was run again (or the run failed).
+        assert failed_tasks or error, "no task attempt failed and the run did not: the kill missed every slice"
         retries: list[str] = []
         if done is None:
             done, retries = archive_retrying(r, cfg, kafka, swift, spark)
@@ -366,7 +450,6 @@ def wait_with_descendants(proc: subprocess.Popen, timeout: float) -> tuple[int, 
     return proc.returncode, out, err, left
 
 
-@pytest.mark.slow  # a run in its own process starts its own Spark: 45-95 s on a busy 2-core machine
 @pytest.mark.parametrize("point", ["after-objects", "after-manifest"])
 def test_the_run_killed_between_objects_manifest_and_commit(point, kafka, kafka_server, swift, spark, new_topic):
     topic = new_topic()
@@ -548,7 +631,6 @@ def test_partitions_added_while_the_sensor_runs(kafka, swift, spark, new_topic, 
 # -- (h) two runs of the same range at the same moment -----------------------------------------
 
 
-@pytest.mark.slow  # two more Spark drivers: about 60 s on a busy machine
 def test_two_processes_archiving_the_same_range_at_once(kafka, kafka_server, swift, spark, new_topic, tmp_path):
     topic = new_topic()
     load(kafka, topic, 6_000)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -9,8 +10,9 @@ import time
 import urllib.request
 from pathlib import Path
 
+from helpers import check_archive, manifests, read_archive, read_kafka
 from matos_dagster.devstack.process import free_port
-from matos_dagster.resources import KafkaResource
+from matos_dagster.resources import KafkaResource, SwiftResource
 from matos_dagster.settings import PROJECT_ROOT
 
 CACHE = PROJECT_ROOT / ".devstack" / "cache"
@@ -52,20 +54,36 @@ def test_make_run_brings_up_everything_and_archives_the_demo_records(tmp_path, o
         deadline = time.monotonic() + 300
         while True:
             parts = kafka.partitions("demo")
-            ends = {p: h for p, (_, h) in kafka.watermarks("demo", parts).items()}
+            marks = kafka.watermarks("demo", parts)
+            ends = {p: h for p, (_, h) in marks.items()}
             if sum(ends.values()) >= 20_000 and kafka.committed("demo", parts) == ends:
                 break
             assert time.monotonic() < deadline, f"not archived within 300 s: {kafka.committed('demo', parts)} of {ends}"
             time.sleep(5)
+        # ... and really in Swift: every demo record, once, equal to Kafka's in every field.
+        swift = SwiftResource(auth_url=env["MATOS_SWIFT_AUTH_URL"], user="test:tester", key="testing",
+                              container="matos-archive")
+        with swift.store() as store:
+            assert check_archive(kafka, store, "demo", "matos-archiver") == ends
+            docs = sorted(manifests(store, "demo"), key=lambda m: (m["partition"], m["start"]))
+            assert sum(d["records"] for d in docs) == sum(h - low for low, h in marks.values())
+            for p in parts:
+                archived = [r for d in docs if d["partition"] == p for r in read_archive(store, d)]
+                assert archived == read_kafka(kafka, "demo", p), f"partition {p}: the archive differs from Kafka"
     finally:
-        os.killpg(make.pid, signal.SIGTERM)
+        # Whatever failed above (or here), `make down` runs: it stops the stack's servers.
         try:
-            make.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(make.pid, signal.SIGKILL)
-            make.wait(30)
-        subprocess.run(["make", "down"], cwd=PROJECT_ROOT, env=env, capture_output=True, timeout=120)
-        log.close()
+            with contextlib.suppress(ProcessLookupError):  # make's group may be gone already
+                os.killpg(make.pid, signal.SIGTERM)
+            try:
+                make.wait(60)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(make.pid, signal.SIGKILL)
+                make.wait(30)
+        finally:
+            subprocess.run(["make", "down"], cwd=PROJECT_ROOT, env=env, capture_output=True, timeout=300)
+            log.close()
     status = subprocess.run(["make", "status"], cwd=PROJECT_ROOT, env=env, capture_output=True, text=True)
     assert status.returncode != 0, "the stack is still running after make down"
     assert group_gone(make.pid, 60), f"left behind: {group_members(make.pid)}"

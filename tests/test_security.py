@@ -18,7 +18,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -199,27 +198,25 @@ def test_a_wrong_sasl_password_is_refused_at_once_naming_the_settings(secure_kaf
     wrong_password = "wrong-" + uuid.uuid4().hex[:8]
     wrong = secure_kafka.over("SASL_SSL", mechanism, (user, wrong_password))
     cfg = TopicConfig(topic, group=f"g-{uuid.uuid4().hex[:8]}")
-    t0 = time.monotonic()
     with swift.store() as store:
         with pytest.raises(KafkaUnavailable) as e:
             archive_range(OffsetRange(topic, 0, 0, 10), cfg, wrong, store, spark)
-        elapsed = time.monotonic() - t0
         assert manifests(store, topic) == []
     message = str(e.value)
     assert f"refused the SASL {mechanism} login of user {user!r}" in message, message
     assert "Authentication failed" in message
     assert "check MATOS_KAFKA_USERNAME / MATOS_KAFKA_PASSWORD / MATOS_KAFKA_SASL_MECHANISM" in message
     assert wrong_password not in message
-    assert elapsed < wrong.timeout_s, "a refused login must not wait out the timeout"
+    # At once: the broker's refusal ended the wait, not the timeout (whose error says so).
+    assert "did not answer" not in message, message
     assert secure_kafka.plaintext.committed(topic, [0], cfg.group) == {0: None}
 
 
 def test_ssl_without_the_brokers_ca_is_a_clear_tls_error(secure_kafka):
     untrusting = secure_kafka.over("SSL", ca_file="")  # the system CAs do not know ours
-    t0 = time.monotonic()
     with pytest.raises(KafkaUnavailable) as e:
         untrusting.partitions("any")
-    assert time.monotonic() - t0 < untrusting.timeout_s
+    assert "did not answer" not in str(e.value), str(e.value)  # the handshake's failure, not a timeout
     assert "the TLS handshake failed" in str(e.value) and "certificate verify failed" in str(e.value)
     assert "check MATOS_KAFKA_CA_FILE" in str(e.value)
 
@@ -309,7 +306,6 @@ def dagster(env, cwd, *args) -> subprocess.CompletedProcess:
     return p
 
 
-@pytest.mark.slow  # ~60-90 s: three dagster CLI runs, one of them a Spark driver
 def test_a_full_cli_archive_over_sasl_ssl_and_https_leaves_no_secret_anywhere(secure_kafka, tls_swift, certs,
                                                                               tmp_path):
     topic = secure_kafka.topic()

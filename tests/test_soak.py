@@ -158,6 +158,8 @@ def test_soak_under_faults(tmp_path_factory, kafka, kafka_server, swift_server, 
     faults: list[dict] = []
     samples: list[dict] = []
     producer = Producer(kafka, topic)
+    fault_stop = threading.Event()
+    faulter: threading.Thread | None = None
     try:
         def answers():
             try:
@@ -206,8 +208,6 @@ def test_soak_under_faults(tmp_path_factory, kafka, kafka_server, swift_server, 
             print(f"FAULT {json.dumps(f)}", flush=True)
             return f
 
-        fault_stop = threading.Event()
-
         def fault_loop():
             kinds = ["kafka-broker", "swift-proxy", "python-worker"]
             n = 0
@@ -216,7 +216,7 @@ def test_soak_under_faults(tmp_path_factory, kafka, kafka_server, swift_server, 
                     return
                 try:
                     faults.append(inject(kinds[n % len(kinds)]))
-                except Exception as e:  # noqa: BLE001 - recorded, the soak goes on
+                except Exception as e:  # noqa: BLE001 - recorded, the soak goes on, and fails at its end
                     faults.append({"kind": kinds[n % len(kinds)], "error": f"{type(e).__name__}: {e}"[:300]})
                 n += 1
 
@@ -251,6 +251,7 @@ def test_soak_under_faults(tmp_path_factory, kafka, kafka_server, swift_server, 
         producer.stop.set()
         producer.join(320)
         faulter.join(300)
+        assert not faulter.is_alive(), "the fault thread is still injecting a fault 300 s after the soak"
         produce_s = time.monotonic() - started
         marks = kafka.watermarks(topic, parts)
         high = {p: h for p, (_, h) in marks.items()}
@@ -327,12 +328,24 @@ def test_soak_under_faults(tmp_path_factory, kafka, kafka_server, swift_server, 
         print("SOAK " + json.dumps(numbers, indent=2))
         print(report.render()[:3000])
 
+        # Every fault due was injected, while the soak ran: none failed or found nothing to break.
+        due = int((SOAK_S - 20) // FAULT_EVERY_S)
+        assert [f for f in faults if f.get("at_s") is None] == [], f"faults not injected: {faults}"
+        assert numbers["faults_injected"] == due, f"{numbers['faults_injected']} faults injected, {due} due: {faults}"
         assert numbers["lost"] == 0, report.render()
         assert numbers["duplicated"] == 0, numbers
         assert report.ok, report.render()
         assert archived == producer.delivered == log_end_total, numbers
     finally:
+        # The fault thread first: left running, it would go on stopping the session's broker
+        # and Swift proxy under later tests. An injection under way restarts what it stopped.
+        fault_stop.set()
         producer.stop.set()
-        dev.instance.dispose()
-        left = _stop_group(dev.proc)
+        if faulter is not None:
+            faulter.join(300)
+        try:
+            left = _stop_group(dev.proc)  # dagster dev before the instance it uses
+        finally:
+            dev.instance.dispose()
+        assert faulter is None or not faulter.is_alive(), "the fault thread did not stop"
         assert not left, "processes of dagster dev's group survived SIGTERM and SIGKILL:\n" + "\n".join(left)

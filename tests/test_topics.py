@@ -1,8 +1,11 @@
 """The topics file: what it may say, and the errors when it says something else."""
 
+import dataclasses
+import pickle
+
 import pytest
 
-from matos_dagster.topics import TopicConfig, TopicsFileError, load, parse
+from matos_dagster.topics import TopicsFileError, load, parse
 
 
 def test_defaults_apply_to_every_topic_and_a_topic_overrides_them():
@@ -58,5 +61,13 @@ def test_a_missing_or_broken_file_names_the_file_and_the_setting(tmp_path):
         load(bad)
 
 
-def test_a_topic_config_is_plain_data():
-    assert TopicConfig("t") == TopicConfig("t")
+def test_a_topic_config_is_immutable_data_that_survives_pickling():
+    cfg = parse({"topics": [{"name": "t", "format": "jsonl", "slice_records": 7}]})[0]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.format = "parquet"  # a run cannot change the settings other code relies on
+    copy = pickle.loads(pickle.dumps(cfg))  # as Spark tasks and Dagster's run workers get it
+    assert copy == cfg and hash(copy) == hash(cfg)
+    assert (copy.format, copy.slice_records) == ("jsonl", 7)
+    for change in ({"name": "u"}, {"group": "other"}, {"format": "parquet"}, {"slice_records": 8},
+                   {"batch_age_s": 1.0}, {"stall_s": 1.0}):  # equality looks at the fields
+        assert dataclasses.replace(cfg, **change) != cfg, change

@@ -64,15 +64,15 @@ def test_started_process_is_running_then_stopped(tmp_path):
     pid_file, log_file = tmp_path / "run" / "sleep.pid", tmp_path / "log" / "sleep.log"
     pid = process.start(["sleep", "60"], pid_file, log_file)
     start_time = _stat(pid)[2]
+    proc = process._children[pid]
     try:
         assert pid_file.read_text().split() == [str(pid), str(start_time)]
         assert process.read_pid(pid_file) == pid
         assert process.pid_alive(pid)
         assert log_file.exists()
 
-        started = time.monotonic()
         assert process.stop(pid_file, timeout=10) is True
-        assert time.monotonic() - started < 5  # sleep dies of SIGTERM at once
+        assert proc.returncode == -signal.SIGTERM  # it died of the SIGTERM: no SIGKILL was needed
         assert _gone(pid, start_time, timeout=0)
         assert not pid_file.exists()
         assert process.read_pid(pid_file) is None
@@ -128,8 +128,8 @@ def test_sigterm_ignored_falls_back_to_sigkill(tmp_path):
 
         started = time.monotonic()
         assert process.stop(pid_file, timeout=1.0) is True
-        elapsed = time.monotonic() - started
-        assert 1.0 <= elapsed < 4, elapsed
+        # SIGKILL only once the timeout was over (a lower bound: no load makes it fail).
+        assert time.monotonic() - started >= 1.0
         assert proc.returncode == -signal.SIGKILL  # reaped by stop(), killed by SIGKILL
         assert _gone(pid, start_time, timeout=0)
         assert not pid_file.exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -65,12 +66,12 @@ def stack_env(tmp_path, monkeypatch):
     for name, value in env.items():
         monkeypatch.setenv(name, value)  # for the subprocesses and for local_stack() here
     yield env
-    # Whatever happened, nothing is left running.
-    _cli("down", timeout=120)
+    # Whatever happened, nothing is left running: each stop runs even if one before it fails.
     kafka, swift, spark = local_stack()
-    spark.stop()
-    swift.stop()
-    kafka.stop()
+    with contextlib.ExitStack() as stops:  # its callbacks run last first
+        for server in (kafka, swift, spark):
+            stops.callback(server.stop)
+        stops.callback(_cli, "down", timeout=120)
 
 
 def _records(stack) -> dict[str, tuple[int, int]]:
