@@ -18,11 +18,12 @@ import os
 import signal
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
-from matos_dagster import layout, manifest
+from matos_dagster import layout, loss, manifest, spans
+from matos_dagster.archived import LOSS, Entry, PartitionArchive
 from matos_dagster.spark_tasks import run_tasks
-from matos_dagster.ranges import OffsetRange, contiguous_end
+from matos_dagster.ranges import OffsetRange
 from matos_dagster.slice_task import SliceJob, archive_slice
 from matos_dagster.store import Store
 from matos_dagster.topics import SWIFT_MAX_NAME, TopicConfig
@@ -36,6 +37,15 @@ class RangeRefused(ValueError):
 
 class DataLoss(RuntimeError):
     """Records of the range were deleted from Kafka before they were archived."""
+
+    def __init__(self, r: OffsetRange, lost_end: int, low: int, group: str | None):
+        self.range, self.lost = r, (r.start, lost_end)
+        super().__init__(
+            f"offsets [{r.start}, {lost_end}) of {r.topic}/{r.partition} were deleted from Kafka "
+            f"(log start offset is now {low}) before they were archived: those records are lost. "
+            f"To go on, acknowledge the loss (it is recorded in the archive and the group's offset "
+            f"moves past it): {loss.command(r.topic, r.partition)}"
+        )
 
 
 class Kafka(Protocol):  # what archiving asks of the Kafka resource
@@ -95,17 +105,13 @@ def archive_range(
 
     if r.start < low:
         if existing is None:
-            raise DataLoss(
-                f"offsets [{r.start}, {min(low, r.end)}) of {r.topic}/{r.partition} were deleted from Kafka "
-                f"(log start offset is now {low}) before they were archived: those records are lost. "
-                f"Archive from {low} on to go on, and record the loss."
-            )
+            raise DataLoss(r, min(low, r.end), low, topic.group)
         verify(store, existing)
         say(f"{r}: records expired from Kafka; the archived range was verified against its manifest")
         after = advance(kafka, store, prefix, topic, r.partition, low)
         return Archived(r, name, existing, True, committed_before, after, time.monotonic() - t0)
 
-    _refuse_overlaps(store, prefix, r)
+    _refuse_overlaps(PartitionArchive(store, prefix, r.topic, r.partition), r)
 
     slices = r.slices(topic.slice_records)
     jobs = [
@@ -153,31 +159,25 @@ def verify(store: Store, doc: dict) -> None:
             )
 
 
-def archived_ranges(store: Store, prefix: str, topic: str, partition: int) -> list[tuple[int, int]]:
-    """The ranges of a partition whose manifest is in Swift: the truth of what is archived."""
-    out = []
-    for item in store.list(layout.partition_dir(prefix, topic, partition) + "/"):
-        name = item.get("name", "")
-        if name.endswith("/" + layout.MANIFEST):
-            span = layout.parse_range_dir(name[: -len(layout.MANIFEST) - 1])
-            if span:
-                out.append(span)
-    return sorted(out)
-
-
 def advance(kafka: Kafka, store: Store, prefix: str, topic: TopicConfig, partition: int, low: int) -> int | None:
     """Commit the group's offset to the end of the contiguous archived prefix, never backwards.
+
+    The prefix is read from Swift from the committed offset on (`entries_from`), and only up
+    to its first hole: the history below the committed offset is never listed. Acknowledged
+    losses (loss.py) are entries too, so the prefix passes over them; nothing else can move
+    the offset past offsets that are not archived.
 
     Kafka's commit is not compare-and-set: two runs finishing together could each commit the
     end they computed, the smaller last. So after committing we read the offset back and
     commit again if it is behind what Swift now shows; the archived prefix only grows.
     """
+    archive = PartitionArchive(store, prefix, topic.name, partition)
     for _ in range(5):
         committed = kafka.committed(topic.name, [partition], topic.group)[partition]
         # A group that never committed starts at the log start offset: offsets below it
         # are gone and can never be archived by anyone.
         base = committed if committed is not None else low
-        target = contiguous_end(archived_ranges(store, prefix, topic.name, partition), base)
+        target = prefix_end(archive, base)
         if committed is not None and target <= committed:
             return committed
         if committed is None and target <= base:
@@ -186,11 +186,39 @@ def advance(kafka: Kafka, store: Store, prefix: str, topic: TopicConfig, partiti
     return kafka.committed(topic.name, [partition], topic.group)[partition]
 
 
-def _refuse_overlaps(store: Store, prefix: str, r: OffsetRange) -> None:
-    for lo, hi in archived_ranges(store, prefix, r.topic, r.partition):
-        if (lo, hi) != (r.start, r.end) and lo < r.end and r.start < hi:
+def prefix_end(archive: PartitionArchive, base: int) -> int:
+    """End of the contiguous run of entries (ranges and acknowledged losses) from `base`."""
+    return spans.contiguous_end((e.span for e in up_to_first_hole(archive.entries_from(base), base)), base)
+
+
+def unarchived(archive: PartitionArchive, start: int, end: int) -> list[tuple[int, int]]:
+    """The parts of `[start, end)` that no entry (range or acknowledged loss) holds, in order."""
+    return spans.uncovered([e.span for e in archive.overlapping(start, end)], start, end)
+
+
+def up_to_first_hole(entries: Iterator[Entry], base: int) -> Iterator[Entry]:
+    """The entries in offset order until the first offset at or above `base` that none holds.
+
+    Stops pulling there, so a lazy listing (`entries_from`) lists no further than the hole.
+    """
+    pos = base
+    for e in entries:
+        if e.start > pos:
+            return
+        pos = max(pos, e.end)
+        yield e
+
+
+def _refuse_overlaps(archive: PartitionArchive, r: OffsetRange) -> None:
+    for e in archive.overlapping(r.start, r.end):
+        if e.kind == LOSS:
             raise RangeRefused(
-                f"range {r} overlaps the archived range [{lo}, {hi}): every offset must be in exactly "
+                f"range {r} overlaps [{e.start}, {e.end}), acknowledged as lost (its {layout.LOSS}): those "
+                "records were deleted from Kafka. Archive the offsets outside it instead."
+            )
+        if e.span != (r.start, r.end):
+            raise RangeRefused(
+                f"range {r} overlaps the archived range [{e.start}, {e.end}): every offset must be in exactly "
                 "one manifest. Archive the offsets outside it instead."
             )
 

@@ -14,6 +14,7 @@ from matos_dagster import settings, topics
 from matos_dagster.assets.archive import archive_asset, ranges_partitions
 from matos_dagster.assets.monitor import monitor_automation, monitor_check
 from matos_dagster.jobs.load import load
+from matos_dagster.jobs.loss import acknowledge_loss_job
 from matos_dagster.jobs.ranges import add_ranges_job
 from matos_dagster.jobs.restore import restore_job
 from matos_dagster.jobs.retention import retention_job, retention_schedule
@@ -64,7 +65,7 @@ RETENTION = retention_job(TOPICS)
 defs = Definitions(
     assets=[archive_asset(t) for t in TOPICS],
     asset_checks=CHECKS,
-    jobs=[load, add_ranges_job(TOPICS), restore_job(TOPICS), verify_job(TOPICS), RETENTION],
+    jobs=[load, add_ranges_job(TOPICS), acknowledge_loss_job(TOPICS), restore_job(TOPICS), verify_job(TOPICS), RETENTION],
     sensors=[lag_sensor(t, ranges_partitions(t), SENSOR_INTERVAL_S) for t in TOPICS] + [s for _, s in MONITORS],
     schedules=[schedule for schedule, _ in MONITORS]
     + [retention_schedule(RETENTION, os.environ["MATOS_RETENTION_CRON"])],

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
+from matos_dagster import loss
 from matos_dagster.ranges import OffsetRange, parse_key
 from matos_dagster.topics import TopicConfig
 
@@ -135,8 +136,7 @@ def decide(
             state,
             reason=f"offsets [{start}, {offsets.low}) were deleted before they were archived",
             warning=f"{topic.name}/{partition}: DATA LOSS: offsets [{start}, {offsets.low}) were deleted by "
-            f"retention before they were archived. Move group {topic.group}'s offset to {offsets.low} "
-            "to go on archiving.",
+            f"retention before they were archived. To go on, acknowledge the loss: {loss.command(topic.name, partition)}",
         )
 
     if state.oldest_start != start:

@@ -31,7 +31,7 @@ from dagster import (
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
 from matos_dagster import layout, monitor
-from matos_dagster.archive import archived_ranges
+from matos_dagster.archived import PartitionArchive
 from matos_dagster.resources import KafkaResource, SwiftResource
 from matos_dagster.topics import TopicConfig
 
@@ -51,6 +51,7 @@ _COLUMNS = TableSchema(
         TableColumn("gaps", "string"),
         TableColumn("overlaps", "string"),
         TableColumn("lost", "string"),
+        TableColumn("acknowledged_loss", "string"),
         TableColumn("why", "string"),
     ]
 )
@@ -74,10 +75,17 @@ def monitor_check(topic: TopicConfig) -> AssetChecksDefinition:
         parts = kafka.partitions(topic.name)
         marks = kafka.watermarks(topic.name, parts)
         committed = kafka.committed(topic.name, parts, topic.group)
-        history = _history(context, check_key)
         with swift.store() as store:
             prefix = layout.join(store.params.prefix, topic.prefix)
-            ranges = {p: archived_ranges(store, prefix, topic.name, p) for p in parts}
+            where = f"{store.container}/{prefix}"
+            history, known = _history(context, check_key, where)
+            # Incremental: each partition is listed from where the last evaluation found it
+            # contiguous and sound, so an evaluation costs the same at any history.
+            entries = {
+                p: monitor.read_entries(PartitionArchive(store, prefix, topic.name, p), known.get(p), marks[p][1])
+                for p in parts
+            }
+            listings = store.listings
         reports = []
         for p in parts:
             low, high = marks[p]
@@ -85,23 +93,35 @@ def monitor_check(topic: TopicConfig) -> AssetChecksDefinition:
             oldest = kafka.timestamp_at(topic.name, p, position) if high > position else None
             reports.append(
                 monitor.evaluate_partition(
-                    topic, p, low, high, committed[p], ranges[p], oldest, history.get(p, []), now
+                    topic, p, low, high, committed[p], entries[p], oldest, history.get(p, []), now, known.get(p)
                 )
             )
         status = monitor.overall(reports)
+        problems = "; ".join(f"p{r.partition}: {', '.join(r.reasons)}" for r in reports if r.reasons)
+        acknowledged = "; ".join(f"p{r.partition} {_spans(r.acknowledged)}" for r in reports if r.acknowledged)
+        description = f"{status}: " + (problems or "all partitions archived in order, lag normal")
+        if acknowledged:
+            description += f" (acknowledged loss: {acknowledged})"
         return AssetCheckResult(
             passed=status == monitor.OK,
             severity=AssetCheckSeverity.WARN if status == monitor.WARN else AssetCheckSeverity.ERROR,
-            description=f"{status}: " + ("; ".join(f"p{r.partition}: {', '.join(r.reasons)}" for r in reports if r.reasons) or "all partitions archived in order, lag normal"),
+            description=description,
             metadata={
                 "status": MetadataValue.text(status),
                 "partitions": MetadataValue.table([_row(r) for r in reports], schema=_COLUMNS),
                 "total_lag_records": MetadataValue.int(sum(r.lag_records for r in reports)),
                 "max_lag_seconds": MetadataValue.float(round(max((r.lag_seconds for r in reports), default=0.0), 1)),
-                "archived_offsets": MetadataValue.int(sum(b - a for p in parts for a, b in ranges[p])),
-                "archived_ranges": MetadataValue.int(sum(len(ranges[p]) for p in parts)),
+                "archived_offsets": MetadataValue.int(sum(r.archived_offsets for r in reports)),
+                "archived_ranges": MetadataValue.int(sum(r.archived_ranges for r in reports)),
+                "acknowledged_lost_offsets": MetadataValue.int(
+                    sum(b - a for r in reports for a, b in r.acknowledged)),
                 "partitions_in_error": MetadataValue.int(sum(r.status == monitor.ERROR for r in reports)),
+                "swift_listing_requests": MetadataValue.int(listings),
                 "samples": MetadataValue.json({str(r.partition): [now, r.committed, r.lag_records] for r in reports}),
+                "archive_state": MetadataValue.json({
+                    "where": where,
+                    "partitions": {str(r.partition): r.known.to_json() for r in reports if r.known is not None},
+                }),
             },
         )
 
@@ -136,26 +156,44 @@ def monitor_automation(
     return schedule, _after_archive
 
 
-def _history(context: AssetCheckExecutionContext, check_key: AssetCheckKey) -> dict[int, list[monitor.Sample]]:
-    """This partition's samples of the last evaluations, oldest first, from the check's own metadata."""
+def _history(
+    context: AssetCheckExecutionContext, check_key: AssetCheckKey, where: str
+) -> tuple[dict[int, list[monitor.Sample]], dict[int, monitor.Known]]:
+    """From the check's own metadata of its last evaluations: each partition's samples, oldest
+    first, and what the latest evaluation knew of its archive (if it looked at the same one)."""
     records = context.instance.event_log_storage.get_asset_check_execution_history(
         check_key,
         limit=monitor.WINDOW - 1,
         status={AssetCheckExecutionRecordStatus.SUCCEEDED, AssetCheckExecutionRecordStatus.FAILED},
     )
     out: dict[int, list[monitor.Sample]] = {}
-    for rec in reversed(records):
+    known: dict[int, monitor.Known] = {}
+    state_seen = False
+    for rec in records:  # newest first
         evaluation = rec.event.asset_check_evaluation if rec.event else None
-        samples = evaluation.metadata.get("samples") if evaluation else None
+        meta = evaluation.metadata if evaluation else {}
+        state = meta.get("archive_state")
+        if state is not None and not state_seen:
+            state_seen = True
+            if state.value.get("where") == where:
+                for p, doc in state.value.get("partitions", {}).items():
+                    k = monitor.Known.from_json(doc)
+                    if k is not None:
+                        known[int(p)] = k
+        samples = meta.get("samples")
         if samples is None:
             continue
         for p, (t, committed, lag) in samples.value.items():
-            out.setdefault(int(p), []).append(monitor.Sample(t, committed, lag))
-    return out
+            out.setdefault(int(p), []).insert(0, monitor.Sample(t, committed, lag))
+    return out, known
+
+
+def _spans(xs) -> str:
+    return ", ".join(f"[{a}, {b})" for a, b in xs)
 
 
 def _row(r: monitor.PartitionReport) -> TableRecord:
-    spans = lambda xs: ", ".join(f"[{a}, {b})" for a, b in xs)  # noqa: E731
+    spans = _spans
     return TableRecord(
         {
             "partition": r.partition,
@@ -170,6 +208,7 @@ def _row(r: monitor.PartitionReport) -> TableRecord:
             "gaps": spans(r.gaps),
             "overlaps": spans(r.overlaps),
             "lost": spans(r.lost),
+            "acknowledged_loss": spans(r.acknowledged),
             "why": "; ".join(r.reasons),
         }
     )

@@ -3,9 +3,13 @@
     dagster job execute -m matos_dagster.definitions -j add_ranges \\
         -c <(echo '{ops: {add_range_keys: {config: {topic: demo, partition: 0, start: -1, end: -1}}}}')
 
-`start: -1` is the committed offset (the log start if the group never committed) and `end: -1`
-the log end offset, as Matos' `-1` was: "everything pending". The range is cut into pieces
-no larger than the topic's `max_range_records`; each key is then materialised like any other:
+`start: -1` is where the archive's contiguous prefix ends, found from the committed offset on
+(the log start if the group never committed), and `end: -1` the log end offset, as Matos' `-1`
+was: "everything pending". Offsets already archived (or acknowledged as lost) are skipped, so
+no key names a range the archive would refuse as overlapping; offsets deleted from Kafka before
+they were archived are refused with the command that acknowledges the loss. What is left is
+cut into pieces no larger than the topic's `max_range_records`; each key is then materialised
+like any other:
 
     dagster asset materialize -m matos_dagster.definitions --select archive_demo --partition <key>
 """
@@ -13,15 +17,20 @@ no larger than the topic's `max_range_records`; each key is then materialised li
 from dagster import Config, MetadataValue, OpExecutionContext, job, op
 from pydantic import Field
 
+from matos_dagster import layout, loss
+from matos_dagster.archive import prefix_end, unarchived
+from matos_dagster.archived import PartitionArchive
 from matos_dagster.ranges import OffsetRange, cut
-from matos_dagster.resources import KafkaResource
+from matos_dagster.resources import KafkaResource, SwiftResource
+from matos_dagster.store import Store
 from matos_dagster.topics import TopicConfig
 
 
 class RangesConfig(Config):
     topic: str = Field(description="A topic of the topics file.")
     partition: int = Field(default=-1, description="Partition; -1: every partition of the topic.")
-    start: int = Field(default=-1, description="First offset; -1: the committed offset (the log start if none).")
+    start: int = Field(default=-1, description="First offset; -1: the end of the archived prefix from the "
+                       "committed offset (the log start if none).")
     end: int = Field(default=-1, description="End offset, exclusive; -1: the log end offset.")
 
 
@@ -29,10 +38,12 @@ def add_ranges_job(topics: list[TopicConfig]):
     by_name = {t.name: t for t in topics}
 
     @op(name="add_range_keys", description="Validate [start, end) and add its ranges as partition keys.")
-    def _add(context: OpExecutionContext, config: RangesConfig, kafka: KafkaResource) -> list[str]:
+    def _add(context: OpExecutionContext, config: RangesConfig, kafka: KafkaResource, swift: SwiftResource) -> list[str]:
         topic = by_name.get(config.topic)
         if topic is None:
             raise ValueError(f"topic {config.topic!r} is not in the topics file; it has {sorted(by_name)}")
+        if config.start < -1 or config.end < -1:
+            raise ValueError(f"offsets must be >= 0 (or -1), got start={config.start} end={config.end}")
         parts = kafka.partitions(topic.name)
         if config.partition != -1 and config.partition not in parts:
             raise ValueError(f"topic {topic.name!r} has no partition {config.partition}; it has {parts}")
@@ -40,19 +51,39 @@ def add_ranges_job(topics: list[TopicConfig]):
         marks = kafka.watermarks(topic.name, chosen)
         committed = kafka.committed(topic.name, chosen, topic.group)
         keys: list[str] = []
-        for p in chosen:
-            low, high = marks[p]
-            start = config.start if config.start != -1 else (committed[p] if committed[p] is not None else low)
-            end = config.end if config.end != -1 else high
-            if start < -1 or end < -1:
-                raise ValueError(f"offsets must be >= 0 (or -1), got start={config.start} end={config.end}")
-            if end > high:
-                raise ValueError(f"end {end} is past the log end offset {high} of {topic.name}/{p}")
-            if start == end and (config.start == -1 or config.end == -1):
-                context.log.info(f"{topic.name}/{p}: nothing pending at offset {start}")
-                continue
-            OffsetRange(topic.name, p, start, end)  # refuses end <= start with a clear message
-            keys += [r.key for r in cut(topic.name, p, start, end, topic.max_range_records)]
+        store = None
+        try:
+            for p in chosen:
+                low, high = marks[p]
+                base = config.start if config.start != -1 else (committed[p] if committed[p] is not None else low)
+                end = config.end if config.end != -1 else high
+                if end > high:
+                    raise ValueError(f"end {end} is past the log end offset {high} of {topic.name}/{p}")
+                if base == end and (config.start == -1 or config.end == -1):
+                    context.log.info(f"{topic.name}/{p}: nothing pending at offset {base}")
+                    continue
+                OffsetRange(topic.name, p, base, end)  # refuses end <= start with a clear message
+                if store is None:
+                    store = Store(swift.params())  # reading only: a missing container is an empty archive
+                archive = PartitionArchive(store, layout.join(store.params.prefix, topic.prefix), topic.name, p)
+                # From the committed offset on only: the history below it is never listed.
+                start = prefix_end(archive, base) if config.start == -1 else base
+                todo = unarchived(archive, start, end) if start < end else []
+                lost = [(a, min(b, low)) for a, b in todo if a < low]
+                if lost:
+                    raise ValueError(
+                        f"offsets {', '.join(f'[{a}, {b})' for a, b in lost)} of {topic.name}/{p} were deleted from "
+                        f"Kafka (log start offset {low}) before they were archived; no range was added. To go on, "
+                        f"acknowledge the loss: {loss.command(topic.name, p)}")
+                if start > base:
+                    context.log.info(f"{topic.name}/{p}: [{base}, {start}) is archived already; starting at {start}")
+                if not todo:
+                    context.log.info(f"{topic.name}/{p}: nothing pending: [{start}, {end}) is archived already")
+                for a, b in todo:
+                    keys += [r.key for r in cut(topic.name, p, a, b, topic.max_range_records)]
+        finally:
+            if store is not None:
+                store.close()
         if not keys:
             context.log.info(f"no range added: nothing is pending in {topic.name}, partitions {chosen}")
         context.instance.add_dynamic_partitions(topic.partitions_name, keys)

@@ -1,0 +1,59 @@
+"""The acknowledge_loss job: go on after records were deleted from Kafka before they were archived.
+
+    dagster job execute -m matos_dagster.definitions -j acknowledge_loss \\
+        -c <(echo '{ops: {acknowledge_loss: {config: {topic: demo, partition: 0, reason: "retention ran during the outage"}}}}')
+
+or from the UI: Jobs > acknowledge_loss > Launchpad, with the same config. It records the
+lost offsets in the archive (`_loss.json` beside the manifests) and commits the group's
+offset past them; the sensor then goes on by itself. See matos_dagster/loss.py.
+"""
+
+from dagster import Config, Failure, MetadataValue, OpExecutionContext, Output, job, op
+from pydantic import Field
+
+from matos_dagster import layout, loss
+from matos_dagster.resources import KafkaResource, SwiftResource
+from matos_dagster.topics import TopicConfig
+
+
+class LossConfig(Config):
+    topic: str = Field(description="A topic of the topics file.")
+    partition: int = Field(description="The partition whose records were deleted before they were archived.")
+    reason: str = Field(description="Why the records are gone; recorded with the loss in the archive.")
+    start: int = Field(default=-1, description="First lost offset; -1 (with end -1): the group's committed offset.")
+    end: int = Field(default=-1, description="End of the lost span, exclusive; -1 (with start -1): the log start offset.")
+
+
+def acknowledge_loss_job(topics: list[TopicConfig]):
+    by_name = {t.name: t for t in topics}
+
+    @op(name=loss.OP, description="Record deleted, unarchived offsets as lost in the archive; commit past them.")
+    def _acknowledge(context: OpExecutionContext, config: LossConfig, kafka: KafkaResource,
+                     swift: SwiftResource) -> Output[int]:
+        topic = by_name.get(config.topic)
+        if topic is None:
+            raise Failure(f"topic {config.topic!r} is not in the topics file; it has {sorted(by_name)}")
+        span = (None, None) if (config.start, config.end) == (-1, -1) else (config.start, config.end)
+        with swift.store() as store:
+            try:
+                done = loss.acknowledge(kafka, store, layout.join(store.params.prefix, topic.prefix), topic,
+                                        config.partition, config.reason, *span)
+            except loss.LossRefused as e:
+                raise Failure(description=f"nothing recorded: {e}") from None
+        for note in done.notes:
+            context.log.info(note)
+        context.log.info(f"{topic.name}/{config.partition}: group {topic.group} committed offset "
+                         f"{done.committed_before} -> {done.committed_after}")
+        return Output(done.lost_offsets, metadata={
+            "recorded": MetadataValue.json([list(s) for s in done.recorded]),
+            "lost_offsets": MetadataValue.int(done.lost_offsets),
+            "log_start": MetadataValue.int(done.log_start),
+            "committed_before": MetadataValue.int(-1 if done.committed_before is None else done.committed_before),
+            "committed_after": MetadataValue.int(-1 if done.committed_after is None else done.committed_after),
+        })
+
+    @job(name=loss.JOB, description="Acknowledge a data loss: record it in the archive and go on past it.")
+    def _job():
+        _acknowledge()
+
+    return _job
