@@ -51,6 +51,11 @@ class TopicConfig:
     # monitor thresholds
     lag_warn_records: int = 100_000
     stall_s: float = 900.0  # ERROR when a lagging partition's committed offset does not move this long
+    # compaction (compact.py): adjacent ranges merge into ranges of this many record bytes
+    compact_bytes: int = 64 * 1024**2
+    compact_min_age_s: float = 3600.0  # ranges archived less than this ago stay as they are
+    # Replaced ranges are deleted this long after the switch: longer than any read or restore.
+    compact_grace_s: float = 86400.0
 
     @property
     def asset_name(self) -> str:
@@ -167,10 +172,10 @@ def _build(values: dict[str, Any], where: str) -> TopicConfig:
             f"above Swift's limit of {SWIFT_MAX_NAME} (before MATOS_SWIFT_PREFIX): shorten the prefix"
         )
     for k in ("slice_records", "object_bytes", "max_record_bytes", "batch_records", "batch_bytes",
-              "max_range_records", "lag_warn_records"):
+              "max_range_records", "lag_warn_records", "compact_bytes"):
         if getattr(topic, k) <= 0:
             raise TopicsFileError(f"{where}: {k} must be > 0, got {getattr(topic, k)}")
-    for k in ("batch_age_s", "stall_s"):
+    for k in ("batch_age_s", "stall_s", "compact_min_age_s", "compact_grace_s"):
         if getattr(topic, k) < 0:
             raise TopicsFileError(f"{where}: {k} must be >= 0, got {getattr(topic, k)}")
     if topic.object_bytes > SWIFT_MAX_OBJECT // 2:

@@ -1,0 +1,440 @@
+"""Compaction: adjacent small ranges of a partition become one range of large objects, exactly once.
+
+The protocol (README "Compaction"), for one partition, below its committed offset:
+
+1. **Plan** (`plan`, pure): walk the effective entries from the partition's compaction cursor;
+   group adjacent archived ranges greedily in offset order until a group's record bytes reach
+   `compact_bytes`. A loss record, a hole, a change of format or a range already that large
+   ends a group and belongs to none. The trailing group, still below `compact_bytes`, waits
+   for more ranges: groups are a function of the entries alone (same entries, same groups),
+   so two runs can only ever plan the same groups, never crossing ones. A group with a range
+   younger than `compact_min_age_s` waits too.
+2. **Write**: one Spark task per group reads the group's objects from Swift (checking each
+   against its manifest's md5), and writes the records, unchanged, into objects of at most
+   `object_bytes` record bytes in the folder `[a, c)` of the whole group. Names and bytes are
+   functions of the records, so a retry rewrites the same objects.
+3. **Switch**: re-read the entries over `[a, c)`; if they are still exactly the group's, PUT
+   `[a, c)/_manifest.json` (listing `"replaces"`). From that instant `[a, c)` contains the group's
+   folders and archived.py's rule makes it the effective entry; before it, the old ones were.
+4. **Clean up**, on a later run: a folder contained in a compacted range whose manifest is
+   older than `compact_grace_s` is deleted, manifest first (it stops counting), then its
+   objects. A reader that planned before the switch has had the grace period to finish.
+
+A crash anywhere is finished by the next run: objects without a manifest are nothing (the
+same group is planned and rewritten with the same bytes); a manifest without clean-up is
+cleaned up later; a folder whose manifest is gone but whose objects remain is emptied.
+
+The cursor (`_compaction/topic=<t>/partition=<p>.json`) says where the walk starts: the start
+of the first group not yet compacted and cleaned. It is only ever a group boundary, so a stale
+cursor costs a longer walk, never a different grouping. No Dagster imports.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable, Iterable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from matos_dagster import layout, manifest, records
+from matos_dagster.archived import RANGE, Entry, Folder, PartitionArchive, effective
+from matos_dagster.ranges import OffsetRange
+from matos_dagster.spark_tasks import run_tasks
+from matos_dagster.store import Store, SwiftParams
+from matos_dagster.topics import TopicConfig
+
+log = logging.getLogger(__name__)
+
+
+class CompactionError(RuntimeError):
+    """A group could not be merged as it must be (its input is not what its manifests say)."""
+
+
+# -- planning (pure) -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Member:
+    """An effective entry as planning sees it."""
+
+    start: int
+    end: int
+    kind: str = RANGE
+    record_bytes: int = 0
+    format: str = "parquet"
+    age_s: float = float("inf")  # since its manifest was written
+
+
+@dataclass(frozen=True)
+class Group:
+    members: tuple[Member, ...]
+
+    @property
+    def start(self) -> int:
+        return self.members[0].start
+
+    @property
+    def end(self) -> int:
+        return self.members[-1].end
+
+    @property
+    def record_bytes(self) -> int:
+        return sum(m.record_bytes for m in self.members)
+
+
+@dataclass(frozen=True)
+class Plan:
+    groups: tuple[Group, ...]
+    # Where the next walk may start: the start of the first group not compacted now (the
+    # trailing one, or the first too young), or the walk's end when everything closed.
+    resume: int | None
+
+
+def plan(members: Iterable[Member], upper: int, compact_bytes: int, min_age_s: float, max_groups: int = 0) -> Plan:
+    """The groups to compact among `members` (effective entries in offset order, from a group boundary).
+
+    Only entries ending at or below `upper` (the committed offset) are considered. Groups
+    are cut greedily when their record bytes reach `compact_bytes`; a loss, a hole, a change
+    of format, or an entry of `compact_bytes` or more ends the group before it and joins none
+    (an already compacted range is such an entry, so it is never merged again). Only complete
+    groups of two entries or more are returned, up to the first one with an entry younger than
+    `min_age_s`, at most `max_groups` (0: no limit).
+    """
+    groups: list[Group] = []
+    cur: list[Member] = []
+    resume: int | None = None
+    stopped = False
+
+    def close() -> None:
+        nonlocal cur, resume, stopped
+        if not stopped and len(cur) >= 2:
+            if any(m.age_s < min_age_s for m in cur) or (max_groups and len(groups) >= max_groups):
+                stopped, resume = True, cur[0].start
+            else:
+                groups.append(Group(tuple(cur)))
+        cur = []
+
+    for m in members:
+        if m.end > upper:
+            break
+        if cur and (m.start != cur[-1].end or m.format != cur[-1].format):
+            close()  # a hole or a change of format: the group ends here
+        if m.kind != RANGE or m.record_bytes >= compact_bytes:
+            close()
+            continue
+        cur.append(m)
+        if sum(x.record_bytes for x in cur) >= compact_bytes:
+            close()
+    if cur and not stopped:
+        resume = cur[0].start  # the trailing group waits for more ranges
+    return Plan(tuple(groups), resume)
+
+
+def holders(span: tuple[int, int], raw: list[Entry]) -> list[Entry]:
+    """The archived ranges of `raw` that contain `span` and are longer (archived.py's rule). Pure."""
+    return [c for c in raw if c.kind == RANGE and c.start <= span[0] and span[1] <= c.end and c.span != span]
+
+
+# -- the Spark task ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MergeJob:
+    range: OffsetRange  # the group's whole range
+    directory: str  # its folder in Swift
+    inputs: tuple[dict, ...]  # the group's manifests' objects, in offset order
+    format: str
+    swift: SwiftParams
+    object_bytes: int = 64 * 1024**2
+
+
+def merge_group(job: MergeJob) -> list[dict]:
+    """Runs on an executor: read the group's objects, write them as large ones; one entry per object."""
+    store = Store(job.swift)
+    written: list[dict] = []
+    pending: list[pa.Table] = []
+    pending_bytes = 0
+    last = job.range.start - 1
+    try:
+        for o in job.inputs:
+            data = store.get(o["name"])
+            if data is None:
+                raise CompactionError(f"object {o['name']} of the group {job.range} is missing from Swift")
+            if hashlib.md5(data).hexdigest() != o["md5"]:
+                raise CompactionError(f"object {o['name']} in Swift does not match its manifest's md5 {o['md5']}")
+            table = records.decode(data, job.format)
+            offsets = table["offset"].to_numpy()
+            if len(offsets) != o["records"] or (len(offsets) and (offsets[0] <= last or np.any(np.diff(offsets) <= 0))):
+                raise CompactionError(f"object {o['name']} does not hold the {o['records']} ordered records its manifest lists")
+            if len(offsets):
+                last = int(offsets[-1])
+            sizes = row_sizes(table)
+            # The slice task's rule, record by record: a new object when this one would overflow.
+            cut_from = 0
+            for i, size in enumerate(sizes.tolist()):
+                if pending_bytes and pending_bytes + size > job.object_bytes:
+                    pending.append(table.slice(cut_from, i - cut_from))
+                    written.append(_flush(pending, pending_bytes, job, store))
+                    pending, pending_bytes, cut_from = [], 0, i
+                pending_bytes += size
+            pending.append(table.slice(cut_from))
+        if sum(t.num_rows for t in pending):
+            written.append(_flush(pending, pending_bytes, job, store))
+        return written
+    finally:
+        store.close()
+
+
+def row_sizes(table: pa.Table) -> np.ndarray:
+    """Each record's key + value + header bytes: what `object_bytes` counts in the slice task."""
+    n = table.num_rows
+    size = np.zeros(n, dtype=np.int64)
+    for col in ("key", "value"):
+        size += pc.fill_null(pc.binary_length(table[col]), 0).to_numpy().astype(np.int64)
+    headers = table["headers"].combine_chunks()
+    if len(headers.values):
+        flat = headers.flatten()
+        per = (pc.fill_null(pc.binary_length(flat.field("key")), 0).to_numpy().astype(np.int64)
+               + pc.fill_null(pc.binary_length(flat.field("value")), 0).to_numpy().astype(np.int64))
+        parents = pc.list_parent_indices(headers).to_numpy()
+        size += np.bincount(parents, weights=per, minlength=n).astype(np.int64)
+    return size
+
+
+def _flush(tables: list[pa.Table], nbytes: int, job: MergeJob, store: Store) -> dict:
+    table = pa.concat_tables(tables).combine_chunks()
+    offsets = table["offset"]
+    ts = table["timestamp"].cast(pa.int64())
+    known = pc.min_max(ts)
+    stats = {
+        "records": table.num_rows,
+        "first_offset": offsets[0].as_py(),
+        "last_offset": offsets[-1].as_py(),
+        "min_timestamp": known["min"].as_py(),
+        "max_timestamp": known["max"].as_py(),
+    }
+    data = records.encode(table, job.format)
+    name = layout.object_name(job.directory, stats["first_offset"], job.format)
+    md5 = store.put(name, data)
+    return {"name": name, "bytes": len(data), "md5": md5, "record_bytes": nbytes, **stats}
+
+
+# -- the driver ---------------------------------------------------------------------------------
+
+
+@dataclass
+class PartitionResult:
+    partition: int
+    groups: list[tuple[int, int]] = field(default_factory=list)  # the ranges written
+    ranges_merged: int = 0
+    objects_before: int = 0
+    objects_after: int = 0
+    bytes_before: int = 0
+    bytes_after: int = 0
+    records: int = 0
+    folders_deleted: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Compacted:
+    topic: str
+    partitions: list[PartitionResult]
+    duration_s: float
+
+    def total(self, name: str) -> int:
+        return sum(getattr(p, name) for p in self.partitions)
+
+
+def compact_topic(
+    topic: TopicConfig,
+    committed: dict[int, int | None],
+    store: Store,
+    spark: Any,
+    say: Callable[[str], None] = log.info,
+    max_groups: int = 0,
+    now: float | None = None,
+) -> Compacted:
+    """Compact every partition of `committed` (partition -> committed offset) of the topic."""
+    t0 = time.monotonic()
+    prefix = layout.join(store.params.prefix, topic.prefix)
+    out = []
+    for p, upper in sorted(committed.items()):
+        if upper is None:
+            out.append(PartitionResult(p, notes=["nothing committed yet: nothing to compact"]))
+            continue
+        out.append(compact_partition(topic, p, upper, store, prefix, spark, say, max_groups, now))
+    return Compacted(topic.name, out, time.monotonic() - t0)
+
+
+def compact_partition(
+    topic: TopicConfig,
+    partition: int,
+    upper: int,
+    store: Store,
+    prefix: str,
+    spark: Any,
+    say: Callable[[str], None] = log.info,
+    max_groups: int = 0,
+    now: float | None = None,
+) -> PartitionResult:
+    now = time.time() if now is None else now
+    res = PartitionResult(partition)
+    archive = PartitionArchive(store, prefix, topic.name, partition)
+    state_name = cursor_name(prefix, topic.name, partition)
+    state = store.get_json(state_name) or {}
+    start = int(state.get("from", 0))
+    if not state:
+        first = archive.entry_at_or_after(0)
+        start = first.start if first else upper
+
+    # Every folder from the cursor to the committed offset, superseded ones included: a walk
+    # over what is not compacted and cleaned up yet, whatever the history below the cursor.
+    folders: list[Folder] = []
+    for f in archive.folders_from(start):
+        if f.start >= upper:
+            break
+        folders.append(f)
+    raw = [f.entry for f in folders if f.entry is not None]
+    docs: dict[tuple[int, int], dict] = {}
+    members = []
+    for e in effective(raw):
+        if e.kind != RANGE:
+            members.append(Member(e.start, e.end, e.kind))
+            continue
+        doc = archive.read(e)
+        if doc is None:  # deleted meanwhile (another run's clean-up): plan the rest next time
+            break
+        docs[e.span] = doc
+        members.append(Member(e.start, e.end, RANGE, int(doc.get("record_bytes", 0)), doc["format"], _age(e, now)))
+
+    # Clean-up: only folders that a compacted range has contained for the grace period (a
+    # replaced range, or what a crash in an earlier clean-up left of one).
+    pending_cleanup = None
+    for f in folders:
+        held = holders(f.span, raw)
+        if not held:
+            continue
+        if any(_age(h, now) >= topic.compact_grace_s for h in held):
+            _delete_folder(store, archive, f, say)
+            res.folders_deleted += 1
+        elif pending_cleanup is None or min(h.start for h in held) < pending_cleanup:
+            pending_cleanup = min(h.start for h in held)
+    # Objects in a compacted folder that its manifest does not list: an earlier attempt with
+    # other settings (object_bytes) left them. Also only after the grace period, so a run
+    # racing with other settings can never lose the objects of the manifest that won.
+    for f in folders:
+        doc = docs.get(f.span)
+        if doc is None or "replaces" not in doc or f.entry is None or _age(f.entry, now) < topic.compact_grace_s:
+            continue
+        keep = {o["name"] for o in doc["objects"]}
+        for name in f.names:
+            if name not in keep and not name.rpartition("/")[2].startswith("_"):
+                store.delete(name)
+                res.notes.append(f"removed {name}: left by an earlier attempt, not in the manifest")
+
+    p = plan(members, upper, topic.compact_bytes, topic.compact_min_age_s, max_groups)
+    unswitched = None
+    for g in p.groups:
+        if _merge(topic, partition, g, docs, archive, store, prefix, spark, say, res):
+            res.groups.append((g.start, g.end))
+        elif unswitched is None:
+            unswitched = g.start
+
+    # The cursor: where the next walk must start to see every group still to compact and every
+    # folder still to delete. Only ever a group boundary, and only ever moved forward.
+    resume = p.resume if p.resume is not None else (members[-1].end if members else start)
+    for other in (pending_cleanup, unswitched):
+        if other is not None:
+            resume = min(resume, other)
+    if resume > start:
+        store.put_json(state_name, {"from": resume, "topic": topic.name, "partition": partition})
+    return res
+
+
+def _merge(topic, partition, g: Group, docs, archive: PartitionArchive, store: Store, prefix: str, spark,
+           say, res: PartitionResult) -> bool:
+    r = OffsetRange(topic.name, partition, g.start, g.end)
+    inputs = [docs[(m.start, m.end)] for m in g.members]
+    objects_in = tuple(o for d in inputs for o in d["objects"])
+    fmt = g.members[0].format
+    job = MergeJob(r, layout.range_dir(prefix, r), objects_in, fmt, store.params, topic.object_bytes)
+    say(f"{r}: merging {len(g.members)} ranges ({len(objects_in)} objects, {g.record_bytes} record bytes)")
+    written = run_tasks(spark, merge_group, [job], f"compact {r}")[0]
+    _fault("compact-after-objects")
+
+    doc = manifest.build(r, fmt, written)
+    doc["record_bytes"] = sum(int(d.get("record_bytes", 0)) for d in inputs)
+    doc["replaces"] = [[m.start, m.end] for m in g.members]
+    for k, want in (("records", sum(d["records"] for d in inputs)),
+                    ("first_offset", next((d["first_offset"] for d in inputs if d["first_offset"] is not None), None)),
+                    ("last_offset", next((d["last_offset"] for d in reversed(inputs) if d["last_offset"] is not None), None)),
+                    ("min_timestamp", min((d["min_timestamp"] for d in inputs if d["min_timestamp"] is not None), default=None)),
+                    ("max_timestamp", max((d["max_timestamp"] for d in inputs if d["max_timestamp"] is not None), default=None))):
+        if doc[k] != want:
+            raise CompactionError(f"{r}: the merged objects have {k} {doc[k]}, the replaced manifests {want}; "
+                                  "nothing was switched")
+
+    # The switch. Right before it, the entries over [a, c) must still be the group's own: a
+    # run that raced us and switched first leaves either this very range (same bytes: done)
+    # or, with other settings, another one; then this group is left as it is.
+    now_there = [e.span for e in archive.overlapping(g.start, g.end)]
+    if now_there == [(g.start, g.end)]:
+        res.notes.append(f"{r}: already compacted by another run")
+        return False
+    if now_there != [(m.start, m.end) for m in g.members]:
+        res.notes.append(f"{r}: the entries changed under this run ({now_there}); left as they are")
+        return False
+    store.put_json(layout.manifest_name(prefix, r), doc)
+    _fault("compact-after-manifest")
+    res.ranges_merged += len(g.members)
+    res.objects_before += len(objects_in)
+    res.objects_after += len(written)
+    res.bytes_before += sum(o["bytes"] for o in objects_in)
+    res.bytes_after += doc["bytes"]
+    res.records += doc["records"]
+    say(f"{r}: switched; {len(g.members)} ranges, {len(objects_in)} -> {len(written)} objects, "
+        f"{res.bytes_before} -> {res.bytes_after} bytes so far")
+    return True
+
+
+def _delete_folder(store: Store, archive: PartitionArchive, f: Folder, say) -> None:
+    """Markers first (the folder stops counting), then the objects. A crash between leaves a
+    folder of objects without a marker, which counts as nothing and the next run empties."""
+    markers = [n for n in f.names if n.rpartition("/")[2].startswith("_")]
+    for name in markers:
+        store.delete(name)
+        _fault("compact-mid-cleanup")
+    for name in f.names:
+        if name not in markers:
+            store.delete(name)
+    say(f"{archive.range(Entry(f.start, f.end, RANGE))}: deleted, held by a compacted range "
+        "for longer than the grace period")
+
+
+def cursor_name(prefix: str, topic: str, partition: int) -> str:
+    # Outside every topic folder, with a `_` name that table engines skip.
+    return layout.join(prefix, "_compaction", f"topic={topic}", f"partition={partition}.json")
+
+
+def _age(e: Entry, now: float) -> float:
+    if not e.modified:
+        return float("inf")
+    t = datetime.fromisoformat(e.modified)
+    if t.tzinfo is None:  # Swift lists UTC without a zone
+        t = t.replace(tzinfo=timezone.utc)
+    return now - t.timestamp()
+
+
+def _fault(point: str) -> None:
+    # For tests/test_compact_faults.py only: MATOS_FAULT=<point> kills this process right here.
+    if os.environ.get("MATOS_FAULT") == point:
+        os.kill(os.getpid(), signal.SIGKILL)
