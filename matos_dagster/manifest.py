@@ -1,11 +1,11 @@
 """The range's manifest: written last, it is what makes a range archived.
 
     {"version": 1, "topic": "orders", "partition": 3, "start": 1000, "end": 2000,
-     "format": "parquet", "records": 998, "bytes": 51234, "record_bytes": 1021952,
+     "format": "parquet", "records": 998, "bytes": 51234, "record_bytes": 1021952, "largest_record_bytes": 1024,
      "first_offset": 1000, "last_offset": 1999, "min_timestamp": ..., "max_timestamp": ...,
      "objects": [{"name": ".../part-00000000000000001000.parquet", "records": 998,
                   "bytes": 51234, "md5": "...", "first_offset": 1000, "last_offset": 1999,
-                  "min_timestamp": ..., "max_timestamp": ...}]}
+                  "min_timestamp": ..., "max_timestamp": ..., "largest_record_bytes": 1024}]}
 
 Timestamps are Kafka's, in milliseconds since the epoch. Nothing in it depends on when or
 where it was written, so archiving a range again gives the same manifest. No Dagster imports.
@@ -47,8 +47,16 @@ def build(r: OffsetRange, fmt: str, objects: list[dict]) -> dict:
         "last_offset": objects[-1]["last_offset"] if objects else None,
         "min_timestamp": min(ts_min) if ts_min else None,
         "max_timestamp": max(ts_max) if ts_max else None,
-        "objects": [{k: o[k] for k in OBJECT_KEYS} for o in objects],
+        # The largest record's bytes (key, value, header keys and values), by which a restore
+        # checks a target's max.message.bytes before producing; absent from older manifests.
+        "largest_record_bytes": max((o["largest_record_bytes"] for o in objects), default=0)
+        if all("largest_record_bytes" in o for o in objects) else None,
+        "objects": [{**{k: o[k] for k in OBJECT_KEYS}, **_largest(o)} for o in objects],
     }
+
+
+def _largest(o: dict) -> dict:
+    return {"largest_record_bytes": o["largest_record_bytes"]} if "largest_record_bytes" in o else {}
 
 
 def range_of(doc: dict) -> OffsetRange:

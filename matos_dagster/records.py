@@ -58,6 +58,7 @@ class Batch:
         self.header_pairs: list[tuple[str, bytes | None]] = []
         self.header_ends: list[int] = []  # record i's headers end at header_pairs[header_ends[i]]
         self.nbytes = 0
+        self.largest = 0  # the largest record's size (a restore checks it against the target)
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -72,6 +73,8 @@ class Batch:
             self.header_pairs.extend(headers)
         self.header_ends.append(len(self.header_pairs))
         self.nbytes += size
+        if size > self.largest:
+            self.largest = size
 
     def table(self) -> pa.Table:
         n = len(self.offsets)

@@ -34,16 +34,18 @@ No Dagster imports: the `restore` job is a thin shell around `restore`.
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterable, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from confluent_kafka import OFFSET_INVALID, Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from matos_dagster import reader
 from matos_dagster.ranges import OffsetRange, parse_key
@@ -56,6 +58,10 @@ log = logging.getLogger(__name__)
 
 class RestoreRefused(ValueError):
     """The restore cannot run as asked; nothing was produced."""
+
+
+class RestoreFailed(RuntimeError):
+    """Kafka did not take an object's records; its transaction was aborted, the marker not moved."""
 
 
 class Kafka(Protocol):  # what restoring asks of the Kafka resource
@@ -80,6 +86,9 @@ class Request:
     keep_partition: bool = True  # else the target's partitioner, by key (murmur2, as Java's)
     dry_run: bool = False
     group: str = ""  # the marker's consumer group; empty: matos-restore-<target>
+    # The largest record the archive may hold (the topic's max_record_bytes): the producer's
+    # limit when a manifest is too old to give its largest record.
+    max_record_bytes: int = 16 * 1024**2
 
     @property
     def target_topic(self) -> str:
@@ -144,6 +153,7 @@ class Unit:
     dry_run: bool
     timeout_s: float
     fault: Fault | None = None
+    producer_conf: dict[str, Any] = field(default_factory=dict)  # set by `restore` once planned
 
     @property
     def partition(self) -> int:
@@ -161,6 +171,8 @@ class Report:
     dry_run: bool
     units: list[dict] = field(default_factory=list)  # one result per unit, in wave order
     created_target: int | None = None  # partitions of the target topic created (or to be)
+    target_config: dict[str, str] = field(default_factory=dict)  # settings given to a created target
+    notes: list[str] = field(default_factory=list)  # what the operator should know (kept timestamps, ...)
     duration_s: float = 0.0
 
     @property
@@ -245,7 +257,16 @@ def restore(
         report.duration_s = time.monotonic() - t0
         return report
     sources = sorted({u.partition for u in units})
-    report.created_target = _check_topics(req, conf, kafka.timeout_s, sources, say)
+    needs = demands(units)
+    report.created_target, report.target_config, report.notes = _prepare_target(
+        req, conf, kafka.timeout_s, sources, needs, say)
+    # librdkafka refuses, before sending, a record above its message.max.bytes (1,000,000 by
+    # default): the producer must take the largest record the archive took.
+    largest = needs.largest_record_bytes if needs.unsized_objects == 0 else max(
+        needs.largest_record_bytes or 0, req.max_record_bytes)
+    producer_conf = {"message.max.bytes": min(LIBRDKAFKA_MAX_MESSAGE_BYTES,
+                                              max(1_000_000, (largest or 0) + PRODUCER_FRAMING))}
+    units = [dataclasses.replace(u, producer_conf=producer_conf) for u in units]
     # read_uncommitted: a transaction left open by a crashed run must not keep this waiting;
     # the tasks fence it before they read the marker they act on.
     admin_consumer = Consumer({**conf, "group.id": req.marker_group, "enable.auto.commit": False,
@@ -298,6 +319,7 @@ def restore_unit(unit: Unit) -> dict:
         if not unit.dry_run:
             producer = Producer({
                 **unit.kafka_conf,
+                **unit.producer_conf,
                 "transactional.id": unit.transactional_id,
                 "enable.idempotence": True,
                 "acks": "all",
@@ -336,8 +358,7 @@ def restore_unit(unit: Unit) -> dict:
                 result["records"] += table.num_rows
                 continue
             producer.begin_transaction()
-            _produce(producer, unit, table)
-            producer.flush(unit.timeout_s * 4)
+            _produce(producer, unit, table, o["name"])
             producer.send_offsets_to_transaction(
                 [TopicPartition(unit.source.topic, unit.partition, after)],
                 consumer.consumer_group_metadata(),
@@ -362,16 +383,17 @@ def restore_unit(unit: Unit) -> dict:
             store.close()
 
 
-def _produce(producer: Producer, unit: Unit, table: pa.Table) -> None:
+def _produce(producer: Producer, unit: Unit, table: pa.Table, name: str = "") -> None:
+    """Produce the rows and wait for every delivery report; any failure raises RestoreFailed."""
     keys = table["key"].to_pylist()
     values = table["value"].to_pylist()
     headers = table["headers"].to_pylist()
     stamps = pc.cast(table["timestamp"], pa.int64()).to_pylist()
-    failures: list[str] = []
+    failures: list[KafkaError] = []
 
     def delivered(err, msg):
         if err is not None:
-            failures.append(str(err))
+            failures.append(err)
 
     for key, value, hs, ts in zip(keys, values, headers, stamps):
         kwargs: dict[str, Any] = {"key": key, "value": value, "on_delivery": delivered}
@@ -388,8 +410,26 @@ def _produce(producer: Producer, unit: Unit, table: pa.Table) -> None:
             except BufferError:  # the local queue is full: let deliveries drain it
                 producer.poll(0.1)
         producer.poll(0)
-    if failures:
-        raise KafkaException(f"{len(failures)} record(s) of {unit} were not delivered; first: {failures[0]}")
+    left = producer.flush(unit.timeout_s * 4)
+    if failures or left:
+        raise RestoreFailed(_delivery_failure(unit, name, failures, left))
+
+
+def _delivery_failure(unit: Unit, name: str, failures: list[KafkaError], left: int) -> str:
+    what = f"{len(failures) + left} record(s) of {unit} (object {name}) were not delivered to topic {unit.target}"
+    undo = "; their transaction is aborted and the progress marker stays before them: fix the cause and run the " \
+           "restore again to go on from there"
+    if not failures:
+        return f"{what}: {left} still unacknowledged after {unit.timeout_s * 4:.0f}s{undo}"
+    err = failures[0]
+    fix = ""
+    if err.code() in (KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE):
+        fix = (f" A record is larger than topic {unit.target}'s max.message.bytes (or the producer's "
+               f"message.max.bytes, {unit.producer_conf.get('message.max.bytes')}): raise max.message.bytes on {unit.target}.")
+    elif err.code() == KafkaError.INVALID_TIMESTAMP:
+        fix = (f" Topic {unit.target} refuses the records' timestamps: raise its message.timestamp.before.max.ms "
+               f"/ message.timestamp.after.max.ms.")
+    return f"{what}: Kafka says {err.name()}: {err.str()}.{fix}{undo}"
 
 
 def _maybe_fail(unit: Unit, transactions: int) -> None:
@@ -404,34 +444,126 @@ def _maybe_fail(unit: Unit, transactions: int) -> None:
 # -- the driver's checks -----------------------------------------------------------------
 
 
-def _check_topics(req: Request, conf: dict, timeout_s: float, sources: list[int], say) -> int | None:
-    """Make sure the target can take the records and the marker can be committed.
+# A record's framing in a batch of one: the batch header (61 bytes) and the record's varints.
+# Many headers add a few bytes each beyond this: Kafka then refuses the object, which stops
+# the restore with RestoreFailed naming max.message.bytes.
+RECORD_FRAMING = 128
+PRODUCER_FRAMING = 64 * 1024  # the producer's own limit is a guard only: generous
+LIBRDKAFKA_MAX_MESSAGE_BYTES = 1_000_000_000
+NO_LIMIT = 2**63 - 1  # Java's Long.MAX_VALUE, Kafka's "no limit" for the timestamp windows
+# Topic settings copied from the source to a target the restore creates, because they decide
+# whether the target takes the records as they were: the timestamp windows (records keep
+# their archived timestamps, which may be far in the past or future), the largest batch, and
+# whether the topic is compacted. `difference.max.ms` exists on brokers before Kafka 4.
+COPIED_SETTINGS = (
+    "message.timestamp.before.max.ms",
+    "message.timestamp.after.max.ms",
+    "message.timestamp.difference.max.ms",
+    "max.message.bytes",
+    "cleanup.policy",
+)
+# Set on a created target whatever the source has: CreateTime, else the broker would stamp
+# each record with the time of the restore; and no time retention, because Kafka's retention
+# goes by the records' timestamps, so with the source's (or the broker's) retention.ms every
+# restored record older than it would be deleted at the next retention check.
+CREATED_SETTINGS = {"message.timestamp.type": "CreateTime", "retention.ms": "-1"}
+# What a topic without its own value gets: the broker's setting of this name.
+BROKER_SETTINGS = {
+    "message.timestamp.before.max.ms": "log.message.timestamp.before.max.ms",
+    "message.timestamp.after.max.ms": "log.message.timestamp.after.max.ms",
+    "message.timestamp.difference.max.ms": "log.message.timestamp.difference.max.ms",
+    "max.message.bytes": "message.max.bytes",
+    "cleanup.policy": "log.cleanup.policy",
+}
 
-    Returns the partitions of a target topic created for the restore (dry run: that would be).
+
+@dataclass(frozen=True)
+class Demands:
+    """What the selected records ask of a target topic, from their manifests (no object read)."""
+
+    min_timestamp: int | None = None  # of the records that have one; the others get the restore's time
+    max_timestamp: int | None = None
+    largest_record_bytes: int | None = None  # key, value, header keys and values of the largest record
+    unsized_objects: int = 0  # objects of manifests written before largest_record_bytes
+
+
+def demands(units: Iterable[Unit]) -> Demands:
+    lo: list[int] = []
+    hi: list[int] = []
+    largest = []
+    unsized = 0
+    for u in units:
+        since, until = u.window.since_ms, u.window.until_ms
+        for o in u.objects:
+            if o["min_timestamp"] is not None:
+                lo.append(o["min_timestamp"] if since is None else max(o["min_timestamp"], since))
+                hi.append(o["max_timestamp"] if until is None else min(o["max_timestamp"], until - 1))
+            if o.get("largest_record_bytes") is None:
+                unsized += 1
+            else:
+                largest.append(o["largest_record_bytes"])
+    return Demands(min(lo, default=None), max(hi, default=None), max(largest, default=None), unsized)
+
+
+def target_problems(topic: str, config: dict[str, str | None], needs: Demands, now_ms: int) -> list[str]:
+    """Why `topic` with these settings would refuse (or soon delete) the records; empty if it takes them.
+
+    Pure: `config` is the topic's effective settings, `now_ms` the broker's clock as the driver
+    sees it. Each reason names the setting and a value that would do.
+    """
+    out = []
+    create_time = (config.get("message.timestamp.type") or "CreateTime") == "CreateTime"
+    lo, hi = needs.min_timestamp, needs.max_timestamp
+    if create_time and lo is not None:
+        before = _int(config.get("message.timestamp.before.max.ms"))
+        after = _int(config.get("message.timestamp.after.max.ms"))
+        diff = _int(config.get("message.timestamp.difference.max.ms"))
+        if before is not None and now_ms - lo > before:
+            out.append(
+                f"message.timestamp.before.max.ms is {before}, and the oldest record to restore is stamped "
+                f"{_iso(lo)}: set it to more than {now_ms - lo} (or {NO_LIMIT}: no limit)")
+        if after is not None and hi - now_ms > after:
+            out.append(
+                f"message.timestamp.after.max.ms is {after}, and the newest record to restore is stamped "
+                f"{_iso(hi)}: set it to more than {hi - now_ms} (or {NO_LIMIT}: no limit)")
+        if diff is not None and max(now_ms - lo, hi - now_ms) > diff:
+            out.append(
+                f"message.timestamp.difference.max.ms is {diff}, and the records to restore are stamped from "
+                f"{_iso(lo)} to {_iso(hi)}: set it to more than {max(now_ms - lo, hi - now_ms)} (or {NO_LIMIT})")
+    largest = needs.largest_record_bytes
+    limit = _int(config.get("max.message.bytes"))
+    if largest is not None and limit is not None and largest + RECORD_FRAMING > limit:
+        out.append(
+            f"max.message.bytes is {limit}, and the largest record to restore has {largest} bytes (plus "
+            f"{RECORD_FRAMING} of framing): set it to at least {largest + RECORD_FRAMING}")
+    retention = _int(config.get("retention.ms"))
+    deletes = "delete" in (config.get("cleanup.policy") or "delete")
+    if deletes and retention is not None and retention >= 0 and lo is not None and now_ms - lo > retention:
+        out.append(
+            f"retention.ms is {retention}, and Kafka's retention goes by the records' timestamps: the restored "
+            f"records stamped before {_iso(now_ms - retention)} (the oldest is {_iso(lo)}) would be deleted at "
+            f"its next retention check: set it to more than {now_ms - lo} (or -1) for the time you need them")
+    return out
+
+
+def _prepare_target(
+    req: Request, conf: dict, timeout_s: float, sources: list[int], needs: Demands, say
+) -> tuple[int | None, dict[str, str], list[str]]:
+    """Make sure the target takes the records as they were and the marker can be committed,
+    creating the target if it does not exist. Checks everything before changing anything.
+
+    Returns (partitions of a target created or to be, in a dry run; its settings; notes).
     """
     admin = AdminClient(conf)
     need = max(sources) + 1
-    created = None
-    target_parts = _partitions(admin, req.target_topic, timeout_s)
-    if target_parts is None:
-        created = need
-        if req.dry_run:
-            say(f"dry run: would create topic {req.target_topic} with {need} partition(s)")
-        else:
-            fs = admin.create_topics([NewTopic(req.target_topic, num_partitions=need, replication_factor=-1)])
-            try:
-                fs[req.target_topic].result(timeout_s)
-            except KafkaException as e:
-                if e.args[0].name() != "TOPIC_ALREADY_EXISTS":
-                    raise
-            say(f"created topic {req.target_topic} with {need} partition(s) for the restore")
-            target_parts = list(range(need))
-    elif req.keep_partition and need > len(target_parts):
+    target = req.target_topic
+    target_parts = _partitions(admin, target, timeout_s)
+    if target_parts is not None and req.keep_partition and need > len(target_parts):
         raise RestoreRefused(
-            f"target topic {req.target_topic} has {len(target_parts)} partition(s); keeping source partitions "
+            f"target topic {target} has {len(target_parts)} partition(s); keeping source partitions "
             f"needs at least {need}. Add partitions to it, or set keep_partition: false to partition by key."
         )
-    if req.topic == req.target_topic:
+    if req.topic == target:
         source_parts = list(range(need)) if target_parts is None else target_parts  # None: would be created
     else:
         source_parts = _partitions(admin, req.topic, timeout_s) or []
@@ -443,7 +575,81 @@ def _check_topics(req: Request, conf: dict, timeout_s: float, sources: list[int]
             f"Create topic {req.topic} with at least {need} partition(s) (it may stay empty), or restore into "
             f"{req.topic} itself."
         )
-    return created
+    now_ms = int(time.time() * 1000)
+    notes: list[str] = []
+    if target_parts is not None:
+        config = _topic_config(admin, target, timeout_s)
+        problems = target_problems(target, config, needs, now_ms)
+        if problems:
+            raise RestoreRefused(
+                f"target topic {target} would not keep the records as archived; nothing was produced. Change its "
+                f"settings (kafka-configs --alter --entity-type topics --entity-name {target} --add-config ...), "
+                f"or restore into a new topic, which the restore creates with the settings it needs:\n- "
+                + "\n- ".join(problems))
+        if config.get("message.timestamp.type") == "LogAppendTime":
+            notes.append(f"target topic {target} has message.timestamp.type=LogAppendTime: Kafka stamps each "
+                         "restored record with the time it is written, not its archived timestamp")
+        if needs.unsized_objects:
+            notes.append(f"{needs.unsized_objects} object(s) come from manifests without largest_record_bytes "
+                         f"(written by an older version): Kafka checks their record sizes as they are produced")
+        for n in notes:
+            say(n)
+        return None, {}, notes
+    settings = dict(CREATED_SETTINGS)
+    copied_from = "the broker's defaults"
+    if req.topic != target:
+        source_config = _topic_config(admin, req.topic, timeout_s)
+        settings.update({k: v for k in COPIED_SETTINGS if (v := source_config.get(k)) is not None})
+        copied_from = f"topic {req.topic}"
+    effective = {**_broker_defaults(admin, timeout_s), **settings}
+    problems = target_problems(target, effective, needs, now_ms)
+    if problems:
+        raise RestoreRefused(
+            f"topic {target} does not exist, and created with the settings of {copied_from} it would not keep the "
+            f"records as archived; nothing was created or produced. Create {target} yourself with at least {need} "
+            f"partition(s) and these settings, then run the restore again:\n- " + "\n- ".join(problems))
+    shown = ", ".join(f"{k}={v}" for k, v in sorted(settings.items()))
+    if req.dry_run:
+        say(f"dry run: would create topic {target} with {need} partition(s) and {shown}")
+        return need, settings, notes
+    fs = admin.create_topics([NewTopic(target, num_partitions=need, replication_factor=-1, config=settings)])
+    try:
+        fs[target].result(timeout_s)
+    except KafkaException as e:
+        if e.args[0].name() != "TOPIC_ALREADY_EXISTS":
+            raise
+    say(f"created topic {target} with {need} partition(s) for the restore, with {shown} (settings from "
+        f"{copied_from}; CreateTime so the archived timestamps are kept, retention.ms=-1 so Kafka does not "
+        f"delete the restored records by their old timestamps: lower it when you are done)")
+    return need, settings, notes
+
+
+def _topic_config(admin: AdminClient, topic: str, timeout_s: float) -> dict[str, str | None]:
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    entries = admin.describe_configs([res])[res].result(timeout_s)
+    return {name: e.value for name, e in entries.items()}
+
+
+def _broker_defaults(admin: AdminClient, timeout_s: float) -> dict[str, str | None]:
+    """What a new topic gets from the broker for the settings that matter here."""
+    md = admin.list_topics(timeout=timeout_s)
+    broker = ConfigResource(ConfigResource.Type.BROKER, str(min(md.brokers)))
+    entries = admin.describe_configs([broker])[broker].result(timeout_s)
+    return {k: entries[b].value for k, b in BROKER_SETTINGS.items() if b in entries}
+
+
+def _int(v: str | None) -> int | None:
+    try:
+        return None if v is None else int(v)
+    except ValueError:
+        return None
+
+
+def _iso(ms: int) -> str:
+    try:
+        return datetime.datetime.fromtimestamp(ms / 1000, datetime.timezone.utc).isoformat(timespec="milliseconds")
+    except (OverflowError, ValueError, OSError):
+        return f"{ms} ms"
 
 
 def _partitions(admin: AdminClient, topic: str, timeout_s: float) -> list[int] | None:

@@ -96,11 +96,12 @@ def archive_slice(job: SliceJob) -> list[dict]:
                     done = True
                     break
                 key, value, headers = m.key(), m.value(), m.headers()
-                # `_size`, inlined: this loop runs once per record.
+                # `_size`, inlined: this loop runs once per record. Header keys are str: their
+                # UTF-8 bytes count (isascii is O(1), so ASCII keys are not encoded).
                 size = (len(key) if key else 0) + (len(value) if value else 0)
                 if headers:
                     for hk, hv in headers:
-                        size += len(hk) + (len(hv) if hv else 0)
+                        size += (len(hk) if hk.isascii() else len(hk.encode())) + (len(hv) if hv else 0)
                 if size > job.max_record_bytes:
                     raise RecordTooLarge(
                         f"record {s.topic}/{s.partition}@{offset} is {size} bytes, above the topic's "
@@ -138,12 +139,14 @@ def _flush(batch: records.Batch, job: SliceJob, store: Store) -> dict:
     data = records.encode(batch.table(), job.format)
     name = layout.object_name(job.directory, stats["first_offset"], job.format)
     md5 = store.put(name, data)
-    return {"name": name, "bytes": len(data), "md5": md5, "record_bytes": batch.nbytes, **stats}
+    return {"name": name, "bytes": len(data), "md5": md5, "record_bytes": batch.nbytes,
+            "largest_record_bytes": batch.largest, **stats}
 
 
 def _size(key: bytes | None, value: bytes | None, headers) -> int:
+    """A record's bytes: key, value, header keys (UTF-8) and header values."""
     n = (len(key) if key else 0) + (len(value) if value else 0)
     if headers:
         for hk, hv in headers:
-            n += len(hk) + (len(hv) if hv else 0)
+            n += len(hk.encode()) + (len(hv) if hv else 0)
     return n

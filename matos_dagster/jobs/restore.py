@@ -35,7 +35,8 @@ class RestoreConfig(Config):
     since_ms: int = Field(default=-1, description="Only records stamped at or after this (Kafka ms); -1: no bound.")
     until_ms: int = Field(default=-1, description="Only records stamped before this (Kafka ms); -1: no bound.")
     target_topic: str = Field(default="", description="Topic to restore into; empty: the source topic. "
-                              "Created if missing, with partitions up to the highest source partition restored.")
+                              "Created if missing, with partitions up to the highest source partition restored "
+                              "and the source topic's timestamp limits, max.message.bytes and cleanup.policy.")
     keep_partition: bool = Field(
         default=True, description="Restore each record into its source partition number; false: let the "
         "target's partitioner place it by key (murmur2, as Java producers do).",
@@ -56,6 +57,7 @@ def _opt(v: int) -> int | None:
 
 def restore_job(topics: list[TopicConfig] = ()):
     prefixes = {t.name: t.prefix for t in topics}
+    max_record_bytes = {t.name: t.max_record_bytes for t in topics}
 
     @op(name="restore_records", description="Restore archived records into a Kafka topic, exactly once.")
     def _restore(
@@ -80,6 +82,7 @@ def restore_job(topics: list[TopicConfig] = ()):
                 keep_partition=config.keep_partition,
                 dry_run=config.dry_run,
                 group=config.group,
+                **({"max_record_bytes": max_record_bytes[config.topic]} if config.topic in max_record_bytes else {}),
             )
             report = run_restore(req, kafka, store, spark.spark_session, say=context.log.info)
         return Output(report.records, metadata=metadata(report))
@@ -106,6 +109,9 @@ def metadata(report: Report) -> dict:
     }
     if report.created_target is not None:
         meta["created_target_partitions"] = MetadataValue.int(report.created_target)
+        meta["created_target_settings"] = MetadataValue.json(report.target_config)
+    if report.notes:
+        meta["notes"] = MetadataValue.md("\n".join(f"- {n}" for n in report.notes))
     rows = [
         f"| {u['partition']} | {u['start']} | {u['end']} | {u['records']} | "
         f"{'already restored' if u['skipped'] else ('resumed at %d' % u['resumed_from'] if u['resumed_from'] is not None else '')} |"
