@@ -63,6 +63,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("MATOS_TOPICS_FILE", str(PROJECT_ROOT / "topics.yaml"), "YAML file of the topics to archive."),
     Setting("MATOS_SENSOR_INTERVAL_S", "30", "Seconds between two ticks of each topic's lag sensor."),
     Setting("MATOS_MONITOR_CRON", "*/5 * * * *", "When the monitor check runs on its own (cron)."),
+    Setting("MATOS_COMPACT_CRON", "37 * * * *",
+            "When the `compact` job merges each topic's small archived ranges into large ones (cron)."),
     # Retention of Dagster's own records (the archive in Swift is never pruned)
     Setting("MATOS_RETENTION_CRON", "7 * * * *", "When the `retention` job prunes old partition keys and runs (cron)."),
     Setting("MATOS_KEEP_KEYS", "1000",
