@@ -72,9 +72,22 @@ def _run(args: list[str], timeout: float) -> subprocess.CompletedProcess:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+        _kill_using(profile)  # and any that left the group (a crash handler) names its profile
         shutil.rmtree(profile, ignore_errors=True)
     assert proc.returncode == 0, f"chromium exited {proc.returncode}: {' '.join(args)}\n{err[-2000:]}"
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def _kill_using(profile: str) -> None:
+    """SIGKILL every process whose command line names this Chromium's profile folder: ours."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if profile.encode() in (entry / "cmdline").read_bytes():
+                os.kill(int(entry.name), signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            continue
 
 
 def dump_dom(url: str, budget_ms: int = 15000, timeout: float = 120) -> str:
