@@ -4,7 +4,7 @@ The protocol (README "Compaction"), for one partition, below its committed offse
 
 1. **Plan** (`plan`, pure): walk the effective entries from the partition's compaction cursor;
    group adjacent archived ranges greedily in offset order until a group's record bytes reach
-   `compact_bytes`. A loss record, a hole, a change of format or a range already that large
+   `compact_bytes` or its records span `compact_span_s` of Kafka time. A loss record, a hole, a change of format or a range already that large
    ends a group and belongs to none. The trailing group, still below `compact_bytes`, waits
    for more ranges: groups are a function of the entries alone (same entries, same groups),
    so two runs can only ever plan the same groups, never crossing ones. A group with a range
@@ -71,6 +71,8 @@ class Member:
     record_bytes: int = 0
     format: str = "parquet"
     age_s: float = float("inf")  # since its manifest was written
+    min_timestamp: int | None = None  # Kafka's, ms, from the manifest
+    max_timestamp: int | None = None
 
 
 @dataclass(frozen=True)
@@ -98,11 +100,14 @@ class Plan:
     resume: int | None
 
 
-def plan(members: Iterable[Member], upper: int, compact_bytes: int, min_age_s: float, max_groups: int = 0) -> Plan:
+def plan(members: Iterable[Member], upper: int, compact_bytes: int, min_age_s: float, max_groups: int = 0,
+         span_s: float = 0) -> Plan:
     """The groups to compact among `members` (effective entries in offset order, from a group boundary).
 
     Only entries ending at or below `upper` (the committed offset) are considered. Groups
-    are cut greedily when their record bytes reach `compact_bytes`; a loss, a hole, a change
+    are cut greedily when their record bytes reach `compact_bytes`, or before an entry whose
+    records would make the group span `span_s` or more of Kafka time (0: no limit; this is
+    what merges a quiet topic's day, which never reaches `compact_bytes`); a loss, a hole, a change
     of format, or an entry of `compact_bytes` or more ends the group before it and joins none
     (an already compacted range is such an entry, so it is never merged again). Only complete
     groups of two entries or more are returned, up to the first one with an entry younger than
@@ -127,6 +132,10 @@ def plan(members: Iterable[Member], upper: int, compact_bytes: int, min_age_s: f
             break
         if cur and (m.start != cur[-1].end or m.format != cur[-1].format):
             close()  # a hole or a change of format: the group ends here
+        elif cur and span_s and m.max_timestamp is not None:
+            first = min((x.min_timestamp for x in cur if x.min_timestamp is not None), default=None)
+            if first is not None and m.max_timestamp - first >= span_s * 1000:
+                close()  # m would stretch the group over span_s: the group is complete without it
         if m.kind != RANGE or m.record_bytes >= compact_bytes:
             close()
             continue
@@ -314,7 +323,8 @@ def compact_partition(
         if doc is None:  # deleted meanwhile (another run's clean-up): plan the rest next time
             break
         docs[e.span] = doc
-        members.append(Member(e.start, e.end, RANGE, int(doc.get("record_bytes", 0)), doc["format"], _age(e, now)))
+        members.append(Member(e.start, e.end, RANGE, int(doc.get("record_bytes", 0)), doc["format"], _age(e, now),
+                              doc.get("min_timestamp"), doc.get("max_timestamp")))
 
     # Clean-up: only folders that a compacted range has contained for the grace period (a
     # replaced range, or what a crash in an earlier clean-up left of one).
@@ -341,7 +351,7 @@ def compact_partition(
                 store.delete(name)
                 res.notes.append(f"removed {name}: left by an earlier attempt, not in the manifest")
 
-    p = plan(members, upper, topic.compact_bytes, topic.compact_min_age_s, max_groups)
+    p = plan(members, upper, topic.compact_bytes, topic.compact_min_age_s, max_groups, topic.compact_span_s)
     unswitched = None
     for g in p.groups:
         if _merge(topic, partition, g, docs, archive, store, prefix, spark, say, res):

@@ -54,6 +54,8 @@ class TopicConfig:
     # compaction (compact.py): adjacent ranges merge into ranges of this many record bytes
     compact_bytes: int = 64 * 1024**2
     compact_min_age_s: float = 3600.0  # ranges archived less than this ago stay as they are
+    # ...or until its records span this much Kafka time: a quiet topic's day becomes one range.
+    compact_span_s: float = 86400.0
     # Replaced ranges are deleted this long after the switch: longer than any read or restore.
     compact_grace_s: float = 86400.0
 
@@ -175,7 +177,7 @@ def _build(values: dict[str, Any], where: str) -> TopicConfig:
               "max_range_records", "lag_warn_records", "compact_bytes"):
         if getattr(topic, k) <= 0:
             raise TopicsFileError(f"{where}: {k} must be > 0, got {getattr(topic, k)}")
-    for k in ("batch_age_s", "stall_s", "compact_min_age_s", "compact_grace_s"):
+    for k in ("batch_age_s", "stall_s", "compact_min_age_s", "compact_grace_s", "compact_span_s"):
         if getattr(topic, k) < 0:
             raise TopicsFileError(f"{where}: {k} must be >= 0, got {getattr(topic, k)}")
     if topic.object_bytes > SWIFT_MAX_OBJECT // 2:

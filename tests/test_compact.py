@@ -160,3 +160,15 @@ def test_record_sizes_are_the_slice_tasks_measure(fmt):
     assert row_sizes(table).tolist() == [_size(k, v, h) for k, v, h in rows]
     assert int(row_sizes(table).sum()) == batch.nbytes
     assert row_sizes(pa.Table.from_batches([], records.SCHEMA)).tolist() == []
+
+
+def test_a_quiet_topics_ranges_merge_by_the_time_they_span():
+    # 10 record bytes each, one range a minute: compact_bytes is never reached.
+    ms = [Member(i * 10, i * 10 + 10, R, 10, "parquet", 1e9, i * 60_000, i * 60_000 + 59_000) for i in range(10)]
+    p = plan(ms, upper=100, compact_bytes=10**9, min_age_s=0, span_s=180)
+    assert spans(p) == [(0, 30), (30, 60), (60, 90)]
+    assert p.resume == 90  # the last minutes wait for a range past the span
+    # Re-planning from a merged range gives it alone: a merged range is never merged again.
+    merged = [Member(0, 30, R, 30, "parquet", 1e9, 0, 179_000)] + ms[3:]
+    assert spans(plan(merged, upper=100, compact_bytes=10**9, min_age_s=0, span_s=180)) == [(30, 60), (60, 90)]
+    assert spans(plan(ms, upper=100, compact_bytes=10**9, min_age_s=0, span_s=0)) == []

@@ -1,0 +1,311 @@
+"""Compaction on the real stack (Kafka, Swift, Spark): small ranges become large objects, exactly once.
+
+Each test archives a partition as many small ranges with the product's own archive_range,
+compacts it, and checks, with the product's reader and verifier and with Kafka itself, that
+every offset is in exactly one effective entry and every record is the same record, every
+field. Fault tests kill a compaction process at each step of the protocol (MATOS_FAULT
+points in compact.py) and let the next run finish it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import uuid
+
+import pytest
+
+from helpers import produce, read_kafka, table_rows
+from matos_dagster import layout, reader
+from matos_dagster.archive import archive_range
+from matos_dagster.archived import RANGE, PartitionArchive
+from matos_dagster.compact import compact_partition, compact_topic, cursor_name
+from matos_dagster.ranges import OffsetRange
+from matos_dagster.settings import PROJECT_ROOT
+from matos_dagster.spans import coverage
+from matos_dagster.topics import TopicConfig
+from matos_dagster.verify import verify_topic
+
+RANGE_RECORDS = 10
+
+
+def config(topic: str, **kw) -> TopicConfig:
+    kw.setdefault("compact_bytes", 4000)  # about 3 small ranges of 10 records
+    kw.setdefault("compact_min_age_s", 0.0)
+    kw.setdefault("compact_grace_s", 3600.0)
+    return TopicConfig(name=topic, group=f"g-{uuid.uuid4().hex[:8]}", **kw)
+
+
+def load(kafka, topic: str, n: int, first: int = 0) -> None:
+    # Every field varies: keys (one null), values (one null), repeated and null headers, timestamps.
+    rows = []
+    for i in range(first, first + n):
+        key = None if i % 7 == 3 else f"k{i}".encode()
+        value = None if i % 11 == 5 else (f"value {i} ".encode() * 10)
+        headers = [("i", str(i).encode()), ("i", None), ("h\u00e9", b"\x00\xff")] if i % 2 else []
+        rows.append((key, value, headers))
+    produce(kafka, topic, rows, partition=0)
+
+
+def archive_small(kafka, store, spark, cfg: TopicConfig, start: int, end: int) -> None:
+    for a in range(start, end, RANGE_RECORDS):
+        archive_range(OffsetRange(cfg.name, 0, a, min(a + RANGE_RECORDS, end)), cfg, kafka, store, spark)
+
+
+def prefix(store, cfg) -> str:
+    return layout.join(store.params.prefix, cfg.prefix)
+
+
+def effective_spans(store, cfg) -> list[tuple[int, int]]:
+    return [e.span for e in PartitionArchive(store, prefix(store, cfg), cfg.name, 0).all()]
+
+
+def assert_exactly_once(kafka, store, cfg: TopicConfig, end: int) -> list[tuple[int, int]]:
+    """One effective entry per offset of [0, end); the reader returns Kafka's records once each."""
+    found = effective_spans(store, cfg)
+    cov = coverage(found)
+    assert (cov.first, cov.contiguous_end, cov.gaps, cov.overlaps) == (0, end, (), ()), found
+    rows = table_rows(reader.read_table(store, prefix(store, cfg), cfg.name, partitions=[0]))
+    assert rows == read_kafka(kafka, cfg.name, 0, 0, end)
+    # A window from inside a compacted range, and one over the middle: still once each.
+    for lo, hi in ((5, end), (13, 27)):
+        part = table_rows(reader.read_table(store, prefix(store, cfg), cfg.name, partitions=[0], start=lo, end=hi))
+        assert [r["offset"] for r in part] == list(range(lo, hi))
+    report = verify_topic(kafka, store, prefix(store, cfg), cfg, None)
+    assert report.ok, report.render()
+    return found
+
+
+def folders(store, cfg) -> list[tuple[int, int]]:
+    """Every range folder in Swift that still holds an object, manifest or not."""
+    return [f.span for f in PartitionArchive(store, prefix(store, cfg), cfg.name, 0).folders_from(0)]
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_compaction_merges_small_ranges_and_keeps_every_record_as_it_was(kafka, swift, spark, new_topic, fmt):
+    topic = new_topic()
+    cfg = config(topic, format=fmt)
+    load(kafka, topic, 120)
+    with swift.store() as store:
+        store.check()
+        archive_small(kafka, store, spark, cfg, 0, 120)
+        before = assert_exactly_once(kafka, store, cfg, 120)
+        assert len(before) == 12
+        committed = kafka.committed(topic, [0], cfg.group)
+
+        done = compact_topic(cfg, committed, store, spark)
+
+        part = done.partitions[0]
+        after = assert_exactly_once(kafka, store, cfg, 120)
+        assert part.groups and all(g in after for g in part.groups)
+        assert len(after) < len(before)
+        assert part.ranges_merged == sum(1 for s in before if any(a <= s[0] and s[1] <= b for a, b in part.groups))
+        assert part.objects_after < part.objects_before
+        assert part.records == sum(b - a for a, b in part.groups)  # no holes in this topic
+        doc = store.get_json(layout.manifest_name(prefix(store, cfg), OffsetRange(topic, 0, *part.groups[0])))
+        assert doc["format"] == fmt and doc["replaces"] and [tuple(s) for s in doc["replaces"]] == [
+            s for s in before if part.groups[0][0] <= s[0] and s[1] <= part.groups[0][1]]
+        # The replaced folders are still there (grace period), superseded, not effective.
+        assert set(before) <= set(folders(store, cfg))
+        # Committing and archiving go on from the committed offset as before.
+        assert kafka.committed(topic, [0], cfg.group) == committed
+        # A second run has nothing left to merge: compacted ranges are never merged again.
+        again = compact_topic(cfg, committed, store, spark).partitions[0]
+        assert again.groups == [] and again.folders_deleted == 0
+        assert effective_spans(store, cfg) == after
+
+
+def test_replaced_folders_are_deleted_only_after_the_grace_period(kafka, swift, spark, new_topic):
+    topic = new_topic()
+    cfg = config(topic, compact_grace_s=600.0)
+    load(kafka, topic, 60)
+    with swift.store() as store:
+        store.check()
+        archive_small(kafka, store, spark, cfg, 0, 60)
+        committed = kafka.committed(topic, [0], cfg.group)
+        first = compact_partition(cfg, 0, committed[0], store, prefix(store, cfg), spark)
+        merged = effective_spans(store, cfg)
+        assert first.groups
+        # Within the grace period: nothing deleted, however often compaction runs.
+        assert compact_partition(cfg, 0, committed[0], store, prefix(store, cfg), spark).folders_deleted == 0
+        replaced = [s for s in folders(store, cfg) if s not in merged]
+        assert replaced
+        # Later than the grace period after the switch: every replaced folder goes, nothing else.
+        import time
+        later = compact_partition(cfg, 0, committed[0], store, prefix(store, cfg), spark, now=time.time() + 601)
+        assert later.folders_deleted == len(replaced)
+        assert folders(store, cfg) == merged
+        assert_exactly_once(kafka, store, cfg, 60)
+        # The cursor moved past everything compacted and cleaned up: the next walk starts there.
+        cursor = store.get_json(cursor_name(prefix(store, cfg), topic, 0))
+        assert cursor["from"] >= first.groups[-1][1]
+
+
+def test_archiving_goes_on_while_a_compaction_runs(kafka, swift, spark, new_topic):
+    topic = new_topic()
+    cfg = config(topic)
+    load(kafka, topic, 200)
+    with swift.store() as store:
+        store.check()
+        archive_small(kafka, store, spark, cfg, 0, 100)
+        committed = kafka.committed(topic, [0], cfg.group)
+        errors: list[BaseException] = []
+
+        def compact():
+            try:
+                with swift.store() as own:
+                    compact_topic(cfg, committed, own, spark)
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        t = threading.Thread(target=compact)
+        t.start()
+        try:
+            archive_small(kafka, store, spark, cfg, 100, 200)  # at and after the committed offset
+        finally:
+            t.join()
+        assert not errors, errors
+        assert kafka.committed(topic, [0], cfg.group) == {0: 200}
+        spans = assert_exactly_once(kafka, store, cfg, 200)
+        assert any(b - a > RANGE_RECORDS for a, b in spans if b <= 100)  # compaction did merge
+        assert all(b - a == RANGE_RECORDS for a, b in spans if a >= 100)  # new ranges untouched
+
+
+def test_two_compactions_of_one_partition_at_once_leave_one_entry_per_offset(kafka, swift, spark, new_topic):
+    topic = new_topic()
+    cfg = config(topic)
+    load(kafka, topic, 90)
+    with swift.store() as store:
+        store.check()
+        archive_small(kafka, store, spark, cfg, 0, 90)
+        committed = kafka.committed(topic, [0], cfg.group)
+    results, errors = [], []
+    start = threading.Barrier(2)
+
+    def compact():
+        try:
+            with swift.store() as own:
+                start.wait(60)
+                results.append(compact_partition(cfg, 0, committed[0], own, prefix(own, cfg), spark))
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=compact) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    # Both planned the same groups: each group was switched by one of them, or by both with
+    # the same bytes; never two different ranges over the same offsets.
+    assert results[0].groups or results[1].groups
+    with swift.store() as store:
+        spans = assert_exactly_once(kafka, store, cfg, 90)
+        assert set(results[0].groups + results[1].groups) <= set(spans)
+
+
+# -- faults: kill the compaction at each step, then let the next run finish ------------------
+
+_RUN = """
+import json, os, sys
+from matos_dagster.compact import compact_topic
+from matos_dagster.resources import SparkResource, SwiftResource
+from matos_dagster.topics import TopicConfig
+
+a = json.loads(sys.argv[1])
+swift = SwiftResource(auth_url=a["auth_url"], user=a["user"], key=os.environ["MATOS_SWIFT_KEY"],
+                      container=a["container"], prefix="kafka", retries=2)
+spark = SparkResource(master="local[2]", conf="spark.ui.showConsoleProgress=false").spark_session
+with swift.store() as store:
+    done = compact_topic(TopicConfig(**a["topic"]), {0: a["committed"]}, store, spark, now=a["now"])
+print(json.dumps({"groups": done.partitions[0].groups}))
+spark.stop()
+"""
+
+
+def run_compaction_process(swift, cfg: TopicConfig, committed: int, fault: str, now: float) -> subprocess.CompletedProcess:
+    args = {"auth_url": swift.auth_url, "user": swift.user, "container": swift.container, "committed": committed,
+            "now": now, "topic": {k: getattr(cfg, k) for k in (
+                "name", "group", "format", "compact_bytes", "compact_min_age_s", "compact_grace_s")}}
+    env = {**os.environ, "MATOS_SWIFT_KEY": swift.key, "MATOS_FAULT": fault}
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen([sys.executable, "-c", _RUN, json.dumps(args)], env=env, cwd=PROJECT_ROOT,
+                                stdout=out, stderr=err, text=True, start_new_session=True)
+        try:
+            code = proc.wait(900)
+        finally:
+            if proc.poll() is None:  # ours, by its PID
+                proc.kill()
+                proc.wait(30)
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(proc.args, code, out.read(), err.read()[-3000:])
+
+
+@pytest.mark.parametrize("fault", ["compact-after-objects", "compact-after-manifest", "compact-mid-cleanup"])
+def test_a_compaction_killed_at_any_step_is_finished_by_the_next_run(kafka, swift, spark, new_topic, fault):
+    import time
+
+    topic = new_topic()
+    cfg = config(topic, compact_grace_s=600.0)
+    load(kafka, topic, 60)
+    with swift.store() as store:
+        store.check()
+        archive_small(kafka, store, spark, cfg, 0, 60)
+        before = effective_spans(store, cfg)
+        committed = kafka.committed(topic, [0], cfg.group)[0]
+        now = time.time()
+        if fault == "compact-mid-cleanup":
+            # The switch happened in an earlier run; the killed one is past the grace period.
+            compact_partition(cfg, 0, committed, store, prefix(store, cfg), spark)
+            now += 601
+        killed = run_compaction_process(swift, cfg, committed, fault, now)
+        assert killed.returncode == -9, (killed.returncode, killed.stderr)  # the fault point was reached
+
+        # What the kill left is already exactly once, for every reader.
+        mid = assert_exactly_once(kafka, store, cfg, 60)
+        if fault == "compact-after-objects":
+            assert mid == before  # objects without a manifest count as nothing
+            assert len(folders(store, cfg)) > len(before)  # ...though they are there
+        else:
+            assert len(mid) < len(before)  # the switch was made: the merged ranges are effective
+        if fault == "compact-mid-cleanup":
+            # A replaced folder lost its manifest, not yet its objects.
+            assert any(s not in mid for s in folders(store, cfg))
+
+        # The next run (past the grace period, so it cleans up too) finishes it.
+        compact_partition(cfg, 0, committed, store, prefix(store, cfg), spark, now=now + 601)
+        final = assert_exactly_once(kafka, store, cfg, 60)
+        assert len(final) < len(before)
+        assert folders(store, cfg) == final  # nothing replaced or half-deleted is left
+
+
+def test_the_compact_job_reports_what_it_merged(kafka, swift, spark_resource, new_topic):
+    from dagster import materialize  # noqa: F401 - the job runs in process, as the CLI would
+    from matos_dagster.jobs.compact import compact_job
+
+    topic = new_topic()
+    cfg = config(topic)
+    load(kafka, topic, 60)
+    with swift.store() as store:
+        store.check()
+        archive_small(kafka, store, spark_resource.spark_session, cfg, 0, 60)
+    result = compact_job([cfg]).execute_in_process(
+        run_config={"ops": {"compact_archive": {"config": {"topic": topic}}}},
+        resources={"kafka": kafka, "swift": swift, "spark": spark_resource},
+    )
+    assert result.success
+    meta = result.get_step_success_events()[0].step_output_data.metadata
+    assert meta["ranges_merged"].value >= 2
+    assert meta["objects_after"].value < meta["objects_before"].value
+    assert meta["records"].value > 0 and meta["bytes_after"].value > 0
+    assert result.output_for_node("compact_archive") == meta["ranges_merged"].value
+    bad = compact_job([cfg]).execute_in_process(
+        run_config={"ops": {"compact_archive": {"config": {"topic": "nope"}}}},
+        resources={"kafka": kafka, "swift": swift, "spark": spark_resource}, raise_on_error=False)
+    assert not bad.success
+    assert "not in the topics file" in str(bad.all_events)
