@@ -1,19 +1,33 @@
 """One archive asset per configured topic, partitioned by offset ranges (dynamic partitions)."""
 
+import time
 
 from dagster import (
     AssetExecutionContext,
     AssetsDefinition,
+    DagsterInstance,
+    DagsterRunStatus,
     DynamicPartitionsDefinition,
     MaterializeResult,
     MetadataValue,
+    RunsFilter,
     asset,
 )
 
+from matos_dagster import turns
 from matos_dagster.archive import Archived, archive_range
-from matos_dagster.ranges import KEY_FORM, parse_key
+from matos_dagster.ranges import KEY_FORM, OffsetRange, parse_key
 from matos_dagster.resources import KafkaResource, SparkResource, SwiftResource
 from matos_dagster.topics import TopicConfig
+
+# Run tags: a range readable at a glance in the Runs list, and the turn-taking of turns.py.
+TOPIC_PARTITION_TAG = "matos/topic_partition"
+RANGE_TAG = "matos/range"
+CLAIM_TAG = "matos/archiving_since"
+_GOING = [DagsterRunStatus.STARTING, DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]
+# A run still going after this long is not waited for any more (run monitoring fails runs at
+# dagster.yaml's max_runtime_seconds, one hour, which is this bound too).
+MAX_WAIT_S = 3600
 
 
 def ranges_partitions(topic: TopicConfig) -> DynamicPartitionsDefinition:
@@ -36,14 +50,58 @@ def archive_asset(topic: TopicConfig) -> AssetsDefinition:
         context: AssetExecutionContext, kafka: KafkaResource, swift: SwiftResource, spark: SparkResource
     ) -> MaterializeResult:
         r = parse_key(context.partition_key)
+        waited = take_turn(context.instance, context.run.run_id, r, say=context.log.info)
         with swift.store() as store:
             done = archive_range(r, topic, kafka, store, spark.spark_session, say=context.log.info)
             location = f"{store.url}/{store.container}/{done.manifest_name.rsplit('/', 1)[0]}/"
         for note in done.notes:
             context.log.warning(note)
-        return MaterializeResult(metadata=metadata(done, location))
+        meta = metadata(done, location)
+        meta["waited_for_other_runs_s"] = MetadataValue.float(round(waited, 3))
+        return MaterializeResult(metadata=meta)
 
     return _archive
+
+
+def take_turn(instance: DagsterInstance, run_id: str, r: OffsetRange, say, poll_s: float = 1.0) -> float:
+    """Wait until no other run is archiving in `r`'s topic partition (turns.py); the seconds waited.
+
+    The run that waited then finds its range archived and only verifies it (or archives it,
+    if the other run failed or archived another range).
+    """
+    where = f"{r.topic}/{r.partition}"
+    mine = turns.Claim(time.time(), run_id)
+    instance.add_run_tags(
+        run_id, {TOPIC_PARTITION_TAG: where, RANGE_TAG: f"{where} [{r.start}, {r.end})", CLAIM_TAG: mine.tag}
+    )
+    began, told = time.monotonic(), set()
+    while True:
+        runs = instance.get_runs(filters=RunsFilter(tags={TOPIC_PARTITION_TAG: where}, statuses=_GOING))
+        by_id = {run.run_id: run for run in runs}
+        first = turns.ahead(mine, (turns.Claim.from_tag(run.tags.get(CLAIM_TAG, ""), run.run_id) for run in runs))
+        if not first:
+            return time.monotonic() - began
+        other = by_id[first[0].run_id]
+        if other.run_id not in told:
+            told.add(other.run_id)
+            say(
+                f"run {other.run_id} ({_started_by(other.tags)}) is archiving {other.tags.get(RANGE_TAG, where)}; "
+                f"this run waits for it to end, so that one run at a time archives in {where}"
+            )
+        if time.monotonic() - began > MAX_WAIT_S:
+            raise RuntimeError(
+                f"run {other.run_id} has been archiving in {where} for more than {MAX_WAIT_S} s; if its "
+                "process is gone, terminate that run in the UI (Runs, then Terminate), then launch this range again"
+            )
+        time.sleep(poll_s)
+
+
+def _started_by(tags: dict) -> str:
+    if "dagster/sensor_name" in tags:
+        return f"launched by sensor {tags['dagster/sensor_name']}"
+    if "dagster/backfill" in tags:
+        return f"part of backfill {tags['dagster/backfill']}"
+    return "launched from the UI, the CLI or Python"
 
 
 def metadata(done: Archived, location: str) -> dict:

@@ -1,0 +1,76 @@
+"""One run at a time archives in a topic partition, whatever started the runs (issue 21.1).
+
+Dagster's queue limits runs per partition key only for queued runs; a CLI materialisation
+runs in its own process. Here the other run is a run record the test holds STARTED on the
+same instance, with the claim an archive run writes: the archive run must wait for it, write
+nothing meanwhile, and archive once it ends.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, materialize
+
+from helpers import check_archive, manifests, produce
+from matos_dagster.assets.archive import CLAIM_TAG, RANGE_TAG, TOPIC_PARTITION_TAG, archive_asset
+from matos_dagster.ranges import OffsetRange
+from matos_dagster.topics import TopicConfig
+
+
+def wait_for(condition, what: str, timeout_s: float = 300):
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def test_an_archive_run_waits_while_another_run_archives_in_its_partition(
+        tmp_path, kafka, new_topic, swift, spark_resource):
+    topic = new_topic(partitions=2)
+    produce(kafka, topic, [(b"k", f"v{i}".encode(), [], i % 2) for i in range(40)])
+    cfg = TopicConfig(name=topic, group=f"g-{uuid.uuid4().hex[:8]}")
+    key = OffsetRange(topic, 0, 0, 20).key
+    with DagsterInstance.local_temp(str(tmp_path)) as instance:
+        instance.add_dynamic_partitions(cfg.partitions_name, [key, OffsetRange(topic, 1, 0, 20).key])
+        # Another run (say the sensor's) claimed topic/0 a moment ago and is still going.
+        other = instance.add_run(DagsterRun(
+            job_name="other", run_id=str(uuid.uuid4()), status=DagsterRunStatus.STARTED,
+            tags={"dagster/partition": key, "dagster/sensor_name": "lag_test", TOPIC_PARTITION_TAG: f"{topic}/0",
+                  RANGE_TAG: f"{topic}/0 [0, 20)", CLAIM_TAG: f"{time.time() - 1:.6f}"}))
+        resources = {"kafka": kafka, "swift": swift, "spark": spark_resource}
+        results = {}
+
+        def archive(k):
+            results[k] = materialize([archive_asset(cfg)], partition_key=k, instance=instance,
+                                     resources=resources, raise_on_error=False)
+
+        waiting = threading.Thread(target=archive, args=(key,))
+        waiting.start()
+        try:
+            def says_it_waits():
+                return any(f"run {other.run_id} (launched by sensor lag_test) is archiving {topic}/0 [0, 20)"
+                           in (e.user_message or "") for r in instance.get_runs() if r.job_name != "other"
+                           for e in instance.all_logs(r.run_id))
+            wait_for(says_it_waits, "the archive run to say that it waits for the other run")
+            # Another partition is not held up meanwhile.
+            archive(OffsetRange(topic, 1, 0, 20).key)
+            assert results[OffsetRange(topic, 1, 0, 20).key].success
+            with swift.store() as store:
+                assert [m["partition"] for m in manifests(store, topic)] == [1]  # nothing of topic/0 yet
+            assert waiting.is_alive()
+        finally:
+            instance.report_run_failed(instance.get_run_by_id(other.run_id))
+            waiting.join(600)
+        assert not waiting.is_alive()
+        result = results[key]
+        assert result.success
+        (mat,) = result.asset_materializations_for_node(cfg.asset_name)
+        assert mat.metadata["waited_for_other_runs_s"].value > 0
+        assert mat.metadata["records"].value == 20
+        run = instance.get_run_by_id(result.run_id)
+        assert run.tags[RANGE_TAG] == f"{topic}/0 [0, 20)" and run.tags[TOPIC_PARTITION_TAG] == f"{topic}/0"
+    with swift.store() as store:
+        assert check_archive(kafka, store, topic, cfg.group) == {0: 20, 1: 20}
