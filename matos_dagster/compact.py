@@ -31,6 +31,7 @@ cursor costs a longer walk, never a different grouping. No Dagster imports.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import logging
 import os
@@ -150,6 +151,17 @@ def plan(members: Iterable[Member], upper: int, compact_bytes: int, min_age_s: f
 def holders(span: tuple[int, int], raw: list[Entry]) -> list[Entry]:
     """The archived ranges of `raw` that contain `span` and are longer (archived.py's rule). Pure."""
     return [c for c in raw if c.kind == RANGE and c.start <= span[0] and span[1] <= c.end and c.span != span]
+
+
+def holder(span: tuple[int, int], outer: list[Entry], starts: list[int]) -> Entry | None:
+    """The effective entry of `outer` (sorted; `starts` their starts) that contains `span` and is
+    longer, or None. Since effective entries never nest, only the last one starting at or before
+    `span` can. Grace is then counted from the outermost switch: later, never earlier. Pure."""
+    i = bisect.bisect_right(starts, span[0]) - 1
+    if i < 0:
+        return None
+    c = outer[i]
+    return c if c.kind == RANGE and span[1] <= c.end and c.span != span else None
 
 
 # -- the Spark task ---------------------------------------------------------------------------
@@ -329,15 +341,17 @@ def compact_partition(
     # Clean-up: only folders that a compacted range has contained for the grace period (a
     # replaced range, or what a crash in an earlier clean-up left of one).
     pending_cleanup = None
+    outer = list(effective(raw))
+    starts = [e.start for e in outer]
     for f in folders:
-        held = holders(f.span, raw)
-        if not held:
+        held = holder(f.span, outer, starts)
+        if held is None:
             continue
-        if any(_age(h, now) >= topic.compact_grace_s for h in held):
+        if _age(held, now) >= topic.compact_grace_s:
             _delete_folder(store, archive, f, say)
             res.folders_deleted += 1
-        elif pending_cleanup is None or min(h.start for h in held) < pending_cleanup:
-            pending_cleanup = min(h.start for h in held)
+        elif pending_cleanup is None or held.start < pending_cleanup:
+            pending_cleanup = held.start
     # Objects in a compacted folder that its manifest does not list: an earlier attempt with
     # other settings (object_bytes) left them. Also only after the grace period, so a run
     # racing with other settings can never lose the objects of the manifest that won.

@@ -172,3 +172,18 @@ def test_a_quiet_topics_ranges_merge_by_the_time_they_span():
     merged = [Member(0, 30, R, 30, "parquet", 1e9, 0, 179_000)] + ms[3:]
     assert spans(plan(merged, upper=100, compact_bytes=10**9, min_age_s=0, span_s=180)) == [(30, 60), (60, 90)]
     assert spans(plan(ms, upper=100, compact_bytes=10**9, min_age_s=0, span_s=0)) == []
+
+
+def test_clean_up_finds_the_effective_range_holding_a_folder():
+    from matos_dagster.compact import holder
+
+    raw = [E(0, 10), E(0, 30), E(10, 20), E(12, 18), E(20, 30), E(30, 40), E(40, 50, LOSS), E(41, 42)]
+    outer = list(effective(raw))
+    starts = [e.start for e in outer]
+    for f in raw:
+        h = holder(f.span, outer, starts)
+        assert (h is not None) == bool(holders(f.span, raw)) or f.span == (41, 42), f
+        if h is not None:
+            assert h in holders(f.span, raw)
+    assert holder((41, 42), outer, starts) is None  # inside a loss record: never deleted
+    assert holder((31, 35), outer, starts) == E(30, 40)  # an old failed attempt inside an archived range
