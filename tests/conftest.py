@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import os
 import signal
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -82,6 +83,8 @@ def _stop_leftovers(leftovers: dict[int, str]) -> dict[int, str]:
 
 def pytest_sessionfinish(session, exitstatus):
     """After every fixture is torn down: fail the session if any process of it still runs."""
+    if "pyspark" in sys.modules:  # a classic Spark some test made without the fixture
+        stop_local_spark()
     deadline = time.monotonic() + 30  # a server stopped just now may take a moment to exit
     while (leftovers := processes_of_this_session()) and time.monotonic() < deadline:
         time.sleep(0.5)
@@ -152,16 +155,18 @@ def spark_resource() -> SparkResource:
     resource = SparkResource(master="local[2,3]", conf="spark.sql.shuffle.partitions=2")
     yield resource
     if resource._session is not None:
-        stop_local_spark(resource._session)
+        resource._session.stop()
+    stop_local_spark()
 
 
-def stop_local_spark(session) -> None:
-    """Stop the session and its JVM: pyspark keeps the JVM until Python exits otherwise,
-    and this session's end checks that none of its processes still runs."""
+def stop_local_spark() -> None:
+    """Stop this process's classic Spark and its JVM: pyspark keeps the JVM until Python exits
+    otherwise, and the end of the session checks that none of its processes still runs."""
     from pyspark import SparkContext
 
+    if SparkContext._active_spark_context is not None:
+        SparkContext._active_spark_context.stop()
     gateway = SparkContext._gateway
-    session.stop()
     if gateway is None:
         return
     gateway.shutdown()
