@@ -24,7 +24,9 @@ $(DAGSTER_HOME)/dagster.yaml: dagster.yaml
 	mkdir -p $(DAGSTER_HOME)
 	cp dagster.yaml $(DAGSTER_HOME)/dagster.yaml
 
-up: install
+# Also the Dagster instance folder, so the README's DAGSTER_HOME=$PWD/.devstack/dagster works
+# with the stack alone (no `make run` needed).
+up: install $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/python -m matos_dagster.devstack up
 
 down:
@@ -35,11 +37,13 @@ status:
 
 # The local stack, then the Dagster UI and daemon on http://127.0.0.1:3000 (Ctrl-C stops Dagster;
 # `make down` stops Kafka, Swift and Spark Connect).
-run: up $(DAGSTER_HOME)/dagster.yaml
+# Demo records are loaded only into an empty `demo` topic. `dg dev` runs in DAGSTER_HOME: run
+# elsewhere, Dagster warns that the project's dagster.yaml (the template copied there) is unused.
+run: up
 	$(BIN)/python -m matos_dagster.devstack demo-data
-	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(DAGSTER_PORT)
+	cd $(DAGSTER_HOME) && $(CURDIR)/$(BIN)/dg dev -w $(CURDIR)/workspace.yaml -h 127.0.0.1 -p $(DAGSTER_PORT)
 
-demo: up $(DAGSTER_HOME)/dagster.yaml
+demo: up
 	$(BIN)/python -m matos_dagster.devstack demo
 
 # The crash proofs (faults, two runs of one range, scale-out, the secret search) are in

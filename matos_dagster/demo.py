@@ -25,9 +25,20 @@ def demo_topic():
     raise ValueError(f"the topics file has no topic {DEMO_TOPIC!r}; the demo archives that one")
 
 
-def load_demo_data(instance: DagsterInstance, count: int = DEMO_RECORDS) -> None:
-    """Produce `count` demo records to the `demo` topic (made with 4 partitions if missing)."""
+def load_demo_data(instance: DagsterInstance, count: int = DEMO_RECORDS) -> int:
+    """Produce `count` demo records to the `demo` topic (made with 4 partitions if missing).
+
+    Only into an empty topic: `make run` calls this at every start, and a second start must
+    not load another 20,000 records. Returns the records produced (0 if the topic had some).
+    """
     demo_topic()
+    kafka = definitions.RESOURCES["kafka"]
+    kafka.create_topic(DEMO_TOPIC, DEMO_PARTITIONS)  # waits for the leaders of a fresh broker
+    parts = kafka.partitions(DEMO_TOPIC)
+    present = sum(high - low for low, high in kafka.watermarks(DEMO_TOPIC, parts).values())
+    if present:
+        print(f"topic {DEMO_TOPIC!r} has {present} records already: no demo records loaded")
+        return 0
     config = {
         "topic": DEMO_TOPIC,
         "count": count,
@@ -38,10 +49,11 @@ def load_demo_data(instance: DagsterInstance, count: int = DEMO_RECORDS) -> None
     }
     result = load.execute_in_process(
         run_config={"ops": {"produce": {"config": config}}},
-        resources={"kafka": definitions.RESOURCES["kafka"]},
+        resources={"kafka": kafka},
         instance=instance,
     )
     print(f"loaded {count} records into topic {DEMO_TOPIC!r} (run {result.run_id})")
+    return count
 
 
 def run_demo(instance: DagsterInstance) -> None:
@@ -50,7 +62,6 @@ def run_demo(instance: DagsterInstance) -> None:
     load_demo_data(instance)
     add = definitions.defs.resolve_job_def("add_ranges").execute_in_process(
         run_config={"ops": {"add_range_keys": {"config": {"topic": topic.name}}}},
-        resources={"kafka": definitions.RESOURCES["kafka"]},
         instance=instance,
     )
     keys = add.output_for_node("add_range_keys")

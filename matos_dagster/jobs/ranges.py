@@ -1,7 +1,6 @@
 """Explicit ranges for the CLI (Matos' `batch` with its offsets): add them as partition keys.
 
-    dagster job execute -m matos_dagster.definitions -j add_ranges \\
-        -c <(echo '{ops: {add_range_keys: {config: {topic: demo, partition: 0, start: -1, end: -1}}}}')
+    .venv/bin/python -m matos_dagster add-ranges demo --partition 0 --start -1 --end -1
 
 `start: -1` is where the archive's contiguous prefix ends, found from the committed offset on
 (the log start if the group never committed), and `end: -1` the log end offset, as Matos' `-1`
@@ -11,8 +10,10 @@ they were archived are refused with the command that acknowledges the loss. What
 cut into pieces no larger than the topic's `max_range_records`; each key is then materialised
 like any other:
 
-    dagster asset materialize -m matos_dagster.definitions --select archive_demo --partition <key>
+    .venv/bin/python -m matos_dagster archive <key>
 """
+
+import sys
 
 from dagster import Config, MetadataValue, OpExecutionContext, job, op
 from pydantic import Field
@@ -88,10 +89,9 @@ def add_ranges_job(topics: list[TopicConfig]):
             context.log.info(f"no range added: nothing is pending in {topic.name}, partitions {chosen}")
         context.instance.add_dynamic_partitions(topic.partitions_name, keys)
         for k in keys:
-            context.log.info(
-                f"added {k}; archive it with: dagster asset materialize -m matos_dagster.definitions "
-                f"--select {topic.asset_name} --partition {k}"
-            )
+            # Runnable as printed, from any folder: this Python by its full path (a README user
+            # has no `dagster` on the PATH).
+            context.log.info(f"added {k}; archive it with: {sys.executable} -m matos_dagster archive {k}")
         context.add_output_metadata({"keys": MetadataValue.json(keys), "count": len(keys)})
         return keys
 
