@@ -103,6 +103,8 @@ def archive_range(
     existing = store.get_json(name)
     committed_before = kafka.committed(r.topic, [r.partition], topic.group)[r.partition]
 
+    # Before the loss check: a range over an acknowledged loss is refused for that, not re-reported.
+    _refuse_overlaps(PartitionArchive(store, prefix, r.topic, r.partition), r)
     if r.start < low:
         if existing is None:
             raise DataLoss(r, min(low, r.end), low, topic.group)
@@ -110,8 +112,6 @@ def archive_range(
         say(f"{r}: records expired from Kafka; the archived range was verified against its manifest")
         after = advance(kafka, store, prefix, topic, r.partition, low)
         return Archived(r, name, existing, True, committed_before, after, time.monotonic() - t0)
-
-    _refuse_overlaps(PartitionArchive(store, prefix, r.topic, r.partition), r)
 
     slices = r.slices(topic.slice_records)
     jobs = [

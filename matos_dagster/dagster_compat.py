@@ -3,9 +3,11 @@
 Each name here has no public equivalent in Dagster 1.13; if one moves, only this file changes.
 """
 
+from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 from dagster._core.storage.tags import PARTITION_NAME_TAG, RUN_KEY_TAG, SENSOR_NAME_TAG
 
-__all__ = ["PARTITION_NAME_TAG", "RUN_KEY_TAG", "SENSOR_NAME_TAG", "event_log_shard"]
+__all__ = ["AssetCheckExecutionRecordStatus", "PARTITION_NAME_TAG", "RUN_KEY_TAG", "SENSOR_NAME_TAG",
+           "event_log_shard"]
 
 
 def event_log_shard(instance, run_id: str) -> str | None:

@@ -14,9 +14,6 @@ import re
 from dataclasses import dataclass
 from typing import Iterator
 
-# Span arithmetic lives in spans.py; these names stay importable from here for older callers.
-from matos_dagster.spans import Coverage, contiguous_end, coverage  # noqa: F401
-
 # Kafka's own rule for topic names (kafka.common.internals.Topic): up to 249 of these.
 TOPIC_PATTERN = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 

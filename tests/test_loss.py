@@ -7,6 +7,7 @@ moves past records not archived yet).
 
 from __future__ import annotations
 
+import re
 import uuid
 
 import pytest
@@ -84,13 +85,13 @@ def test_after_retention_deleted_unarchived_records_one_acknowledgement_lets_the
         assert kafka.committed(topic, [0], cfg.group) == {0: 20}
 
         # Refusals change nothing: offsets still in Kafka, offsets archived, no reason.
-        for conf, why in [({"start": 50, "end": 70}, "[60, 70) of .* are still in Kafka"),
+        for conf, why in [({"start": 50, "end": 70}, r"\[60, 70\) of .* are still in Kafka"),
                           ({"start": 10, "end": 30}, r"\[10, 20\) .* already in the archive"),
                           ({"reason": " "}, "give a reason")]:
             result = acknowledge(instance, **{"reason": "test", **conf})
             assert not result.success
             (failure,) = [e for e in result.all_events if e.is_step_failure]
-            assert __import__("re").search(why, failure.step_failure_data.error.message), failure
+            assert re.search(why, failure.step_failure_data.error.message), failure
         assert list(PartitionArchive(store, prefix, topic, 0).all()) == [Entry(0, 20, RANGE)]
         assert kafka.committed(topic, [0], cfg.group) == {0: 20}
 

@@ -2,7 +2,8 @@
 
 import pytest
 
-from matos_dagster.ranges import MalformedKey, OffsetRange, contiguous_end, coverage, cut, parse_key
+from matos_dagster.ranges import MalformedKey, OffsetRange, cut, parse_key
+from matos_dagster.spans import contiguous_end, coverage
 
 
 @pytest.mark.parametrize(
@@ -108,3 +109,38 @@ def test_contiguous_end_is_how_far_a_group_may_commit(ranges, start, expected):
 def test_coverage_finds_gaps_and_overlaps(ranges, first, end, gaps, overlaps):
     c = coverage(ranges)
     assert (c.first, c.contiguous_end, c.gaps, c.overlaps) == (first, end, gaps, overlaps)
+
+
+# -- add_ranges with start -1 (issue 12.6), on the real Kafka, Swift and Spark ------------------
+
+
+def test_add_ranges_from_minus_one_starts_after_the_archived_prefix_and_skips_archived_ranges(
+        kafka, swift, spark, new_topic):
+    import uuid
+
+    from dagster import instance_for_test
+
+    from helpers import check_archive, produce
+    from matos_dagster.archive import archive_range
+    from matos_dagster.jobs.ranges import add_ranges_job
+    from matos_dagster.topics import TopicConfig
+
+    topic = new_topic()
+    produce(kafka, topic, [(b"k", b"v", [])] * 50)
+    cfg = TopicConfig(name=topic, group=f"g-{uuid.uuid4().hex[:8]}", max_range_records=100)
+    with swift.store() as store, instance_for_test() as instance:
+        for start, end in [(0, 10), (10, 20), (30, 40)]:
+            archive_range(OffsetRange(topic, 0, start, end), cfg, kafka, store, spark)
+        kafka.commit(topic, {0: 10}, cfg.group)  # behind the archive, ranges past a hole beyond it
+        result = add_ranges_job([cfg]).execute_in_process(
+            run_config={"ops": {"add_range_keys": {"config": {"topic": topic}}}},
+            instance=instance, resources={"kafka": kafka, "swift": swift})
+        keys = result.output_for_node("add_range_keys")
+        assert [(r.start, r.end) for r in map(parse_key, keys)] == [(20, 30), (40, 50)]
+        for key in keys:  # each proposed range archives: none is refused as overlapping
+            archive_range(parse_key(key), cfg, kafka, store, spark)
+        assert check_archive(kafka, store, topic, cfg.group) == {0: 50}
+        again = add_ranges_job([cfg]).execute_in_process(
+            run_config={"ops": {"add_range_keys": {"config": {"topic": topic}}}},
+            instance=instance, resources={"kafka": kafka, "swift": swift})
+        assert again.output_for_node("add_range_keys") == []

@@ -28,10 +28,10 @@ from dagster import (
     asset_sensor,
     define_asset_job,
 )
-from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 
 from matos_dagster import layout, monitor
 from matos_dagster.archived import PartitionArchive
+from matos_dagster.dagster_compat import AssetCheckExecutionRecordStatus
 from matos_dagster.resources import KafkaResource, SwiftResource
 from matos_dagster.topics import TopicConfig
 
