@@ -124,7 +124,13 @@ def evaluate_partition(
         known = None
     ranges = [e.span for e in entries if e.kind == RANGE]
     losses = [e.span for e in entries if e.kind == LOSS]
-    given = [(known.first, known.sound_to)] if known is not None and known.first < known.sound_to else []
+    given = []
+    if known is not None:
+        # An entry that starts inside the known part and reaches past it contains what it
+        # starts on (compaction's containing range, compact.py): it stands for the known part
+        # from its start, rather than overlapping it.
+        upto = min([known.sound_to] + [e.start for e in entries if known.first <= e.start < known.sound_to])
+        given = [(known.first, upto)] if known.first < upto else []
     every = given + [e.span for e in entries]
     cov = spans.coverage(every)
     position = committed if committed is not None else low

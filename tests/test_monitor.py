@@ -159,3 +159,9 @@ def test_what_is_known_stops_at_the_first_hole_or_overlap():
 def test_a_topic_made_anew_below_what_was_known_is_read_whole_again():
     r = judge(0, 50, 50, [(0, 50)], known=Known(0, 300, 3, 300))
     assert r.ahwm == 50 and r.archived_ranges == 1
+
+
+def test_a_range_containing_the_end_of_the_known_part_stands_for_it_and_is_no_overlap():
+    # Compaction replaced [200, 300) and [300, 400) by [200, 400) after the known part ended at 300.
+    r = judge(0, 500, 400, [(200, 400)], known=Known(0, 300, 3, 300))
+    assert (r.status, r.overlaps, r.gaps, r.ahwm) == (OK, [], [], 400)
