@@ -30,39 +30,130 @@ class SwiftParams:
     auth_url: str
     container: str
     auth_version: str = "1"
-    user: str = ""
-    key: str = field(default="", repr=False)
+    user: str = ""  # v1 `account:user`; v3 the user name (with `domain`) when there is no user_id
+    key: str = field(default="", repr=False)  # v1 key; v3 password
     user_id: str = ""
     project_id: str = ""
     region: str = ""
-    domain: str = ""
+    domain: str = ""  # v3 user domain name
     prefix: str = ""
     verify_tls: bool = True
     ca_file: str = ""
     retries: int = 5
     timeout_s: float = 60.0
+    project_name: str = ""
+    project_domain: str = ""  # v3 project domain name; empty: `domain`
+    app_credential_id: str = ""
+    app_credential_secret: str = field(default="", repr=False)
+    interface: str = "public"  # which object-store endpoint of the catalog: public, internal, admin
 
     def connect(self) -> Connection:
-        os_options: dict[str, Any] = {}
         if self.auth_version == "3":
-            os_options = {
-                "user_id": self.user_id or None,
-                "project_id": self.project_id or None,
-                "region_name": self.region or None,
-                "user_domain_name": self.domain or None,
-                "project_domain_name": self.domain or None,
-            }
+            # Through a keystoneauth session rather than swiftclient's own v3 code, which
+            # passes neither the CA file nor a way to re-authenticate to application credentials.
+            # The session verifies Keystone with our CA, and swiftclient invalidates it on a
+            # 401 (a token that expired mid-run) to get a new token once.
+            return _KeystoneConnection(
+                self,
+                session=keystone_session(self),
+                os_options={"service_type": "object-store", "endpoint_type": self.interface,
+                            "region_name": self.region or None},
+                retries=self.retries,
+                timeout=self.timeout_s,
+                insecure=not self.verify_tls,
+                cacert=self.ca_file or None,
+            )
         return Connection(
             authurl=self.auth_url,
             user=self.user or None,
             key=self.key,
             auth_version=self.auth_version,
-            os_options={k: v for k, v in os_options.items() if v},
             retries=self.retries,
             timeout=self.timeout_s,
             insecure=not self.verify_tls,
             cacert=self.ca_file or None,
         )
+
+
+def keystone_session(p: SwiftParams, scoped: bool = True):
+    """A keystoneauth session for the v3 credentials of `p` (unscoped: the user alone, no project)."""
+    from keystoneauth1 import session
+    from keystoneauth1.identity import v3
+
+    if p.app_credential_id:
+        auth = v3.ApplicationCredential(auth_url=p.auth_url, application_credential_id=p.app_credential_id,
+                                        application_credential_secret=p.app_credential_secret)
+    else:
+        user = {"user_id": p.user_id} if p.user_id else {"username": p.user, "user_domain_name": p.domain}
+        project = {}
+        if scoped:
+            project = ({"project_id": p.project_id} if p.project_id else
+                       {"project_name": p.project_name, "project_domain_name": p.project_domain or p.domain})
+        auth = v3.Password(auth_url=p.auth_url, password=p.key, **user, **project)
+    verify: bool | str = (p.ca_file or True) if p.verify_tls else False
+    return session.Session(auth=auth, verify=verify, timeout=p.timeout_s)
+
+
+class _KeystoneConnection(Connection):
+    """A swiftclient Connection whose Keystone failures are SwiftErrors naming the setting to fix."""
+
+    def __init__(self, params: SwiftParams, **kwargs: Any):
+        super().__init__(**kwargs)
+        self._params = params
+
+    def get_auth(self):
+        from keystoneauth1 import exceptions as ks
+
+        p = self._params
+        try:
+            url, token = super().get_auth()
+        except ks.EndpointNotFound:
+            url, token = None, None
+        except ks.Unauthorized as e:
+            raise SwiftError(f"Keystone at {p.auth_url} refused {_refused_what(p)} ({_one_line(e)})") from None
+        except ks.SSLError as e:
+            raise SwiftError(
+                f"could not authenticate with Keystone at {p.auth_url}: its TLS certificate could not be verified: "
+                f"set MATOS_SWIFT_CA_FILE to the PEM file of the CA that signed it ({_one_line(e)})") from None
+        except ks.ConnectFailure as e:
+            raise SwiftError(f"Keystone could not be reached at {p.auth_url}: check MATOS_SWIFT_AUTH_URL "
+                             f"({_one_line(e)})") from None
+        except ks.ClientException as e:  # keystoneauth's base: any other answer
+            raise SwiftError(f"Keystone at {p.auth_url} failed: {_one_line(e)}; check MATOS_SWIFT_AUTH_URL and "
+                             "the MATOS_SWIFT_* Keystone settings") from None
+        if not url:
+            raise SwiftError(
+                f"the Keystone catalog at {p.auth_url} has no object-store endpoint with interface "
+                f"{p.interface!r} in region {p.region or '(any)'!r}: check MATOS_SWIFT_REGION and "
+                f"MATOS_SWIFT_INTERFACE (the catalog has: {_object_store_endpoints(self.session)})")
+        return url, token
+
+
+def _refused_what(p: SwiftParams) -> str:
+    """What Keystone refused: the credentials, or (they are good) the project they are scoped to."""
+    if p.app_credential_id:
+        return ("the application credential: check MATOS_SWIFT_APP_CREDENTIAL_ID and "
+                "MATOS_SWIFT_APP_CREDENTIAL_SECRET (it may also have expired or been deleted)")
+    who = "MATOS_SWIFT_USER_ID" if p.user_id else "MATOS_SWIFT_USER and MATOS_SWIFT_DOMAIN"
+    try:  # the same user without a project: if that works, the project is what is wrong
+        keystone_session(p, scoped=False).get_token()
+    except Exception:  # noqa: BLE001 - any failure: the credentials themselves
+        return f"the user's credentials: check {who} and MATOS_SWIFT_KEY (the password)"
+    project = ("MATOS_SWIFT_PROJECT_ID" if p.project_id
+               else "MATOS_SWIFT_PROJECT_NAME and MATOS_SWIFT_PROJECT_DOMAIN")
+    return (f"the project: the user's password is right, but the project does not exist or the user has "
+            f"no role on it: check {project}")
+
+
+def _object_store_endpoints(sess) -> str:
+    try:
+        catalog = sess.auth.get_access(sess).service_catalog
+        found = catalog.get_endpoints(service_type="object-store")
+        rows = sorted({f"{e['interface']} in {e.get('region_id') or e.get('region')}"
+                       for entries in found.values() for e in entries})
+        return ", ".join(rows) or "no object-store endpoint at all"
+    except Exception as e:  # noqa: BLE001 - only for the message
+        return f"unknown: {_one_line(e)}"
 
 
 class Store:
@@ -199,10 +290,18 @@ class Store:
                 raise self._explain(e, f"delete object {name}") from None
 
     def _explain(self, e: Exception, doing: str) -> SwiftError:
+        if isinstance(e, SwiftError):  # already says what to check (Keystone's answers)
+            return e
         where = f"Swift at {self.params.auth_url}, container {self.container!r}"
         status = getattr(e, "http_status", None)
         if status == 401:
             hint = "the credentials were refused: check MATOS_SWIFT_USER and MATOS_SWIFT_KEY"
+        elif status == 403 and self.params.auth_version == "3":
+            hint = (
+                f"the user may not {doing}: its Keystone token has no role that Swift lets use the project's "
+                "account (an operator role, such as `member`): give the user that role on the project, or "
+                "set MATOS_SWIFT_PROJECT_ID / MATOS_SWIFT_PROJECT_NAME to a project where it has one"
+            )
         elif status == 403:
             hint = (
                 f"the user may not {doing}: check the user's roles or ACLs on container "

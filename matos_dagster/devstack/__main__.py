@@ -28,10 +28,13 @@ from matos_dagster.devstack.stack import (
     LocalStack,
     StackError,
     check_ports,
+    keystone_enabled,
+    keystone_server,
     local_stack,
     locked,
     servers,
 )
+from matos_dagster.devstack.keystone import KEYSTONE_VERSION
 from matos_dagster.devstack.swift import SWIFT_VERSION
 
 PROG = "python -m matos_dagster.devstack"
@@ -54,11 +57,26 @@ def up(args: argparse.Namespace) -> int:
         t = time.monotonic()
         kafka.start()
         _say(f"Kafka {KAFKA_VERSION}: {_how(kafka_was_running, t)}")
+        keystone = keystone_server() if keystone_enabled() else None
+        if keystone is not None:  # before Swift, whose proxy validates tokens with it
+            if not keystone.installed():
+                _say(f"Installing Keystone {KEYSTONE_VERSION} into {keystone.venv} (once) ...")
+            keystone_was_running = keystone.running()
+            t = time.monotonic()
+            try:
+                keystone.start()
+            except BaseException:
+                if not kafka_was_running:
+                    kafka.stop()
+                raise
+            _say(f"Keystone {KEYSTONE_VERSION}: {_how(keystone_was_running, t)}")
         swift_was_running = swift.running()
         t = time.monotonic()
         try:
             swift.start()  # all or nothing: stops its servers again if it fails
         except BaseException:
+            if keystone is not None and not keystone_was_running:
+                keystone.stop()
             if not kafka_was_running:
                 kafka.stop()  # leave things as they were
             raise
@@ -70,6 +88,8 @@ def up(args: argparse.Namespace) -> int:
         except BaseException:
             if not swift_was_running:
                 swift.stop()
+            if keystone is not None and not keystone_was_running:
+                keystone.stop()
             if not kafka_was_running:
                 kafka.stop()
             raise
@@ -77,10 +97,19 @@ def up(args: argparse.Namespace) -> int:
 
     print(f"\nThe local stack is up ({time.monotonic() - began:.1f} s).")
     print(f"  Kafka bootstrap servers  {kafka.bootstrap_servers}")
-    print(f"  Swift auth URL           {swift.auth_url}  (auth v1.0, user {swift.user}, key {swift.key})")
+    if keystone is None:
+        print(f"  Swift auth URL           {swift.auth_url}  (auth v1.0, user {swift.user}, key {swift.key})")
+    else:
+        print(f"  Keystone v3              {keystone.auth_url}  (Swift proxy {swift.url})")
+        print(f"  Its credentials are in {keystone.state_file}; for the archive, as user id + project id:")
+        for name, value in keystone.settings("user_id").items():
+            if name == "MATOS_SWIFT_KEY":  # the password: read from the file, not shown
+                value = (f"$({sys.executable} -c \"import json; print(json.load(open('{keystone.state_file}'))"
+                         f"['archiver_password'])\")")
+            print(f"    export {name}={value}")
     print(f"  Spark Connect            {spark.url}  ({spark.master})")
     _hint("MATOS_KAFKA_BOOTSTRAP_SERVERS", kafka.bootstrap_servers)
-    _hint("MATOS_SWIFT_AUTH_URL", swift.auth_url)
+    _hint("MATOS_SWIFT_AUTH_URL", keystone.auth_url if keystone else swift.auth_url)
     _hint("MATOS_SPARK_MASTER", spark.url)
     print("  Logs")
     for server in servers(stack):
@@ -96,6 +125,7 @@ def down(args: argparse.Namespace) -> int:
         running = [s for s in servers(stack) if s.pid is not None]
         stack.spark.stop()
         stack.swift.stop()
+        keystone_server().stop()  # if it runs, whatever MATOS_DEVSTACK_AUTH says now
         stack.kafka.stop()
     if not running:
         print("The local stack was not running.")
@@ -193,7 +223,10 @@ def _hint(name: str, value: str) -> None:
 
 def _print_endpoints(stack: LocalStack) -> None:
     print(f"Kafka bootstrap servers: {stack.kafka.bootstrap_servers}")
-    print(f"Swift auth URL: {stack.swift.auth_url} (user {stack.swift.user})")
+    if stack.swift.keystone:
+        print(f"Keystone v3 auth URL: {keystone_server().auth_url} (Swift proxy {stack.swift.url})")
+    else:
+        print(f"Swift auth URL: {stack.swift.auth_url} (user {stack.swift.user})")
     print(f"Spark Connect: {stack.spark.url}")
 
 

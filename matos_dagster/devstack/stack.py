@@ -23,12 +23,15 @@ from typing import NamedTuple
 from matos_dagster import settings
 from matos_dagster.devstack import process
 from matos_dagster.devstack.kafka import KafkaServer
+from matos_dagster.devstack.keystone import KeystoneServer
 from matos_dagster.devstack.spark import SparkConnectServer
 from matos_dagster.devstack.swift import BACKENDS, SwiftServer
 
 KAFKA_PORT_SETTING = "MATOS_DEVSTACK_KAFKA_PORT"
 SWIFT_PORT_SETTING = "MATOS_DEVSTACK_SWIFT_PORT"
 SPARK_PORT_SETTING = "MATOS_DEVSTACK_SPARK_PORT"
+AUTH_SETTING = "MATOS_DEVSTACK_AUTH"
+KEYSTONE_PORT_SETTING = "MATOS_DEVSTACK_KEYSTONE_PORT"
 
 
 class StackError(Exception):
@@ -54,7 +57,10 @@ def local_stack() -> LocalStack:
     """The Kafka broker, Swift all-in-one and Spark Connect server of the local stack (not started)."""
     root, cache = devstack_dir(), cache_dir()
     kafka = KafkaServer(root / "data" / "kafka", cache, port=_port(KAFKA_PORT_SETTING))
-    swift = SwiftServer(root / "data" / "swift", cache, proxy_port=_port(SWIFT_PORT_SETTING))
+    # With MATOS_DEVSTACK_AUTH=keystone the proxy checks tokens with the local Keystone.
+    keystone = keystone_server() if keystone_enabled() else None
+    swift = SwiftServer(root / "data" / "swift", cache, proxy_port=_port(SWIFT_PORT_SETTING),
+                        keystone=keystone.authtoken_conf() if keystone else None)
     spark = SparkConnectServer(root / "data" / "spark", port=_port(SPARK_PORT_SETTING))
     if not kafka.controller_port:
         # First start: pick the controller's port now, away from the ports the settings
@@ -63,6 +69,19 @@ def local_stack() -> LocalStack:
         while not kafka.controller_port or kafka.controller_port in taken:
             kafka.controller_port = process.free_port()
     return LocalStack(kafka, swift, spark)
+
+
+def keystone_enabled() -> bool:
+    auth = settings.get(AUTH_SETTING).strip().lower()
+    if auth not in ("tempauth", "keystone"):
+        raise StackError(f"{AUTH_SETTING} is {auth!r}; use tempauth or keystone")
+    return auth == "keystone"
+
+
+def keystone_server() -> KeystoneServer:
+    """The local Keystone (data/keystone), whether or not MATOS_DEVSTACK_AUTH asks for it (`down` stops it anyway)."""
+    return KeystoneServer(devstack_dir() / "data" / "keystone", cache_dir(), port=_port(KEYSTONE_PORT_SETTING),
+                          swift_url=f"http://127.0.0.1:{_port(SWIFT_PORT_SETTING)}")
 
 
 def check_ports(stack: LocalStack) -> None:
@@ -152,4 +171,7 @@ def servers(stack: LocalStack) -> list[Server]:
         port = (actual["swift"] or entry["port"]) if name == "proxy" else entry["port"]
         rows.append(Server(f"swift {name}", entry["pid"], port, Path(entry["log_file"])))
     rows.append(Server("spark connect", spark.status()["pid"], actual["spark"] or spark.port, spark.log_file))
+    keystone = keystone_server()
+    if keystone_enabled() or keystone.running():
+        rows.append(Server("keystone", keystone.pid(), keystone.port, keystone.log_file))
     return rows

@@ -69,14 +69,16 @@ PART_POWER = 8  # 256 partitions: plenty for one device, and the rings build ins
 PROXY_CACHE = True
 
 
-def proxy_pipeline(cache: bool = True) -> str:
+def proxy_pipeline(cache: bool = True, keystone: bool = False) -> str:
     # The filters Swift requires (catch_errors, gatekeeper, listing_formats, copy, dlo,
     # versioned_writes) are listed so that the proxy need not insert them itself.
     return " ".join([
         "catch_errors", "gatekeeper", "healthcheck", "proxy-logging",
         *(["cache"] if cache else []),
-        "listing_formats", "tempauth", "copy", "slo", "dlo", "versioned_writes",
-        "symlink", "proxy-logging", "proxy-server",
+        # Keystone: authtoken validates the token (cached in swift.cache), keystoneauth
+        # maps its project and roles to the account.
+        "listing_formats", *(["authtoken", "keystoneauth"] if keystone else ["tempauth"]),
+        "copy", "slo", "dlo", "versioned_writes", "symlink", "proxy-logging", "proxy-server",
     ])
 
 
@@ -215,6 +217,7 @@ class SwiftServer:
         proxy_port: int = 8080,
         extra_proxy_conf: dict | None = None,
         users: dict[str, str] | None = None,
+        keystone: dict[str, str] | None = None,
     ):
         self.data_dir = Path(data_dir).absolute()
         self.cache_dir = Path(cache_dir).absolute()
@@ -230,7 +233,13 @@ class SwiftServer:
                 raise ValueError(f"swift user {name!r} is not `account:user`")
             if not key or any(c.isspace() for c in key):
                 raise ValueError(f"the key of swift user {name!r} must be non-empty, without spaces")
-        self.venv = self.cache_dir / f"swift-{SWIFT_VERSION}-venv"
+        # Keystone instead of tempauth: the options of the proxy's `filter:authtoken`
+        # (KeystoneServer.authtoken_conf()); then swift[keystone] (keystonemiddleware) is
+        # needed, in a venv of its own so the tempauth one is never changed under a running server.
+        self.keystone = dict(keystone) if keystone else None
+        self.requirement = f"swift[keystone]=={SWIFT_VERSION}" if self.keystone else SWIFT_REQUIREMENT
+        self.venv = self.cache_dir / (f"swift-{SWIFT_VERSION}-keystone-venv" if self.keystone
+                                      else f"swift-{SWIFT_VERSION}-venv")
         self.etc = self.data_dir / "etc"
         self.pylib = self.etc / "pylib"
         self.devices = self.data_dir / "devices"
@@ -272,7 +281,7 @@ class SwiftServer:
 
     def installed(self) -> bool:
         try:
-            return self._stamp.read_text().strip() == SWIFT_REQUIREMENT
+            return self._stamp.read_text().strip() == self.requirement
         except OSError:
             return False
 
@@ -286,20 +295,20 @@ class SwiftServer:
         if self.installed():
             return
         self.cache_dir.mkdir(parents=True, exist_ok=True)
-        with _locked(self.cache_dir / f"swift-{SWIFT_VERSION}.lock"):
+        with _locked(self.cache_dir / f"{self.venv.name}.lock"):
             if self.installed():
                 return
             shutil.rmtree(self.venv, ignore_errors=True)
             python = getattr(sys, "_base_executable", None) or sys.executable
-            log = self.cache_dir / f"swift-{SWIFT_VERSION}-install.log"
+            log = self.cache_dir / f"{self.venv.name}-install.log"
             with open(log, "wb") as out:
                 for argv in (
                     [python, "-m", "venv", str(self.venv)],
                     [str(self.venv / "bin" / "python"), "-m", "pip", "install",
-                     "--disable-pip-version-check", "--no-input", SWIFT_REQUIREMENT],
+                     "--disable-pip-version-check", "--no-input", self.requirement],
                 ):
-                    _run(argv, out, f"installing {SWIFT_REQUIREMENT}", log)
-            self._stamp.write_text(SWIFT_REQUIREMENT + "\n")
+                    _run(argv, out, f"installing {self.requirement}", log)
+            self._stamp.write_text(self.requirement + "\n")
 
     # ----------------------------------------------------------- start and stop
 
@@ -454,7 +463,7 @@ class SwiftServer:
         proxy_default.update({str(k): str(v) for k, v in self.extra_proxy_conf.items()})
         _write_ini(self.conf_files["proxy"], {
             "DEFAULT": proxy_default,
-            "pipeline:main": {"pipeline": proxy_pipeline(PROXY_CACHE)},
+            "pipeline:main": {"pipeline": proxy_pipeline(PROXY_CACHE, keystone=bool(self.keystone))},
             "app:proxy-server": {"use": "egg:swift#proxy", "account_autocreate": "true"},
             "filter:tempauth": {
                 "use": "egg:swift#tempauth",
@@ -465,6 +474,7 @@ class SwiftServer:
                 "fernet_key_k1": state["fernet_key"],
                 "active_fernet_key_id": "k1",
             },
+            **({} if not self.keystone else self._keystone_filters()),
             "filter:cache": {"paste.filter_factory": f"{_PYLIB_MODULE}:filter_factory"},
             "filter:catch_errors": {"use": "egg:swift#catch_errors"},
             "filter:gatekeeper": {"use": "egg:swift#gatekeeper"},
@@ -477,6 +487,21 @@ class SwiftServer:
             "filter:versioned_writes": {"use": "egg:swift#versioned_writes"},
             "filter:symlink": {"use": "egg:swift#symlink"},
         })
+
+    def _keystone_filters(self) -> dict[str, dict[str, str]]:
+        options = dict(self.keystone)
+        roles = options.pop("operator_roles", "admin, member")
+        return {
+            "filter:authtoken": {
+                "paste.filter_factory": "keystonemiddleware.auth_token:filter_factory",
+                # The proxy's in-process cache (filter:cache) holds validated tokens: no memcached.
+                "cache": "swift.cache",
+                "delay_auth_decision": "false",
+                "include_service_catalog": "false",
+                **options,
+            },
+            "filter:keystoneauth": {"use": "egg:swift#keystoneauth", "operator_roles": roles},
+        }
 
     def _build_rings(self, ports: dict[str, int]) -> None:
         """Build the three rings with swift-ring-builder, once per data_dir.
@@ -520,6 +545,9 @@ class SwiftServer:
             for server in SERVERS:
                 self._check_alive(server)
             try:
+                if self.keystone:  # no tempauth user: the proxy's healthcheck, then an unauthenticated HEAD
+                    self._keystone_ready()
+                    return
                 with contextlib.closing(self.connection(retries=0, timeout=5)) as conn:
                     conn.head_account()
                 return
@@ -529,6 +557,16 @@ class SwiftServer:
         raise TimeoutError(
             f"swift did not answer an authenticated account HEAD at {self.auth_url}: "
             f"{last_error!r}; see {self.log_files['proxy']}")
+
+    def _keystone_ready(self) -> None:
+        import requests
+
+        r = requests.get(f"{self.url}/healthcheck", timeout=5)
+        r.raise_for_status()
+        # Through authtoken and keystoneauth to the account: refused (401), not an error.
+        r = requests.head(self.storage_url, timeout=5)
+        if r.status_code != 401:
+            raise RuntimeError(f"an unauthenticated HEAD of {self.storage_url} answered {r.status_code}, not 401")
 
     def _check_alive(self, server: str) -> None:
         if self._pid(server) is None:

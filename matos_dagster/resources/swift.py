@@ -17,12 +17,27 @@ class SwiftResource(ConfigurableResource):
         default="1", description="`1` for tempauth/swauth, `3` for Keystone v3 (MATOS_SWIFT_AUTH_VERSION)."
     )
     auth_url: str = Field(description="Auth endpoint (v1) or Keystone URL (v3) (MATOS_SWIFT_AUTH_URL).")
-    user: str = Field(default="", description="v1 user, `account:user` (MATOS_SWIFT_USER).")
+    user: str = Field(default="", description="v1 user, `account:user`; Keystone v3 user name (MATOS_SWIFT_USER).")
     key: str = Field(default="", repr=False, description="v1 key or Keystone v3 password (MATOS_SWIFT_KEY).")
     user_id: str = Field(default="", description="Keystone v3 user id (MATOS_SWIFT_USER_ID).")
     project_id: str = Field(default="", description="Keystone v3 project id (MATOS_SWIFT_PROJECT_ID).")
     region: str = Field(default="", description="Keystone v3 region (MATOS_SWIFT_REGION).")
     domain: str = Field(default="", description="Keystone v3 user domain name (MATOS_SWIFT_DOMAIN).")
+    project_name: str = Field(default="", description="Keystone v3 project name (MATOS_SWIFT_PROJECT_NAME).")
+    project_domain: str = Field(
+        default="", description="Keystone v3 project domain name; empty: the user's (MATOS_SWIFT_PROJECT_DOMAIN)."
+    )
+    app_credential_id: str = Field(
+        default="", description="Keystone v3 application credential id (MATOS_SWIFT_APP_CREDENTIAL_ID)."
+    )
+    app_credential_secret: str = Field(
+        default="", repr=False,
+        description="Keystone v3 application credential secret (MATOS_SWIFT_APP_CREDENTIAL_SECRET).",
+    )
+    interface: str = Field(
+        default="public", description="Keystone v3: the catalog's object-store endpoint to use, `public`, "
+        "`internal` or `admin` (MATOS_SWIFT_INTERFACE)."
+    )
     container: str = Field(default="matos-archive", description="Container of the archive (MATOS_SWIFT_CONTAINER).")
     prefix: str = Field(default="kafka", description="Prefix in front of every object name (MATOS_SWIFT_PREFIX).")
     # A string, since Dagster's EnvVar cannot fill a bool field: `true` or `false`.
@@ -35,7 +50,8 @@ class SwiftResource(ConfigurableResource):
     timeout_s: int = Field(default=60, description="Seconds to wait for one request (MATOS_SWIFT_TIMEOUT_S).")
 
     def __repr__(self) -> str:
-        return f"SwiftResource(auth_url={self.auth_url!r}, user={self.user!r}, key=***, container={self.container!r})"
+        who = self.user_id or self.app_credential_id or self.user if self.auth_version == "3" else self.user
+        return f"SwiftResource(auth_url={self.auth_url!r}, user={who!r}, key=***, container={self.container!r})"
 
     __str__ = __repr__
 
@@ -52,8 +68,11 @@ class SwiftResource(ConfigurableResource):
                 "anyone on the path can read and alter the archive",
                 stacklevel=2,
             )
+        auth_url = self.auth_url
+        if self.auth_version == "3":
+            auth_url = self._check_v3()
         return SwiftParams(
-            auth_url=self.auth_url,
+            auth_url=auth_url,
             container=self.container,
             auth_version=self.auth_version,
             user=self.user,
@@ -62,12 +81,48 @@ class SwiftResource(ConfigurableResource):
             project_id=self.project_id,
             region=self.region,
             domain=self.domain,
+            project_name=self.project_name,
+            project_domain=self.project_domain,
+            app_credential_id=self.app_credential_id,
+            app_credential_secret=self.app_credential_secret,
+            interface=self.interface.strip().lower() or "public",
             prefix=self.prefix.strip("/"),
             verify_tls=verify == "true",
             ca_file=self.ca_file,
             retries=self.retries,
             timeout_s=self.timeout_s,
         )
+
+    def _check_v3(self) -> str:
+        """The Keystone v3 settings make one whole credential form; the v3 auth URL."""
+        url = self.auth_url.rstrip("/")
+        if url.endswith("/v2.0"):
+            raise ValueError(f"MATOS_SWIFT_AUTH_URL is {self.auth_url!r}, a Keystone v2.0 URL; "
+                             "with MATOS_SWIFT_AUTH_VERSION=3 give the Keystone v3 URL (ending in /v3)")
+        if not url.endswith("/v3"):
+            url += "/v3"  # a versionless Keystone URL, as clouds often hand out
+        if self.interface.strip().lower() not in ("public", "internal", "admin", ""):
+            raise ValueError(f"MATOS_SWIFT_INTERFACE is {self.interface!r}; use public, internal or admin")
+        if self.app_credential_id:
+            if not self.app_credential_secret:
+                raise ValueError("MATOS_SWIFT_APP_CREDENTIAL_ID is set but MATOS_SWIFT_APP_CREDENTIAL_SECRET is "
+                                 "empty: set the secret Keystone showed when the credential was made")
+            return url
+        if not self.user_id and not self.user:
+            raise ValueError("Keystone v3 needs a user: set MATOS_SWIFT_USER_ID, or MATOS_SWIFT_USER and "
+                             "MATOS_SWIFT_DOMAIN, or an application credential (MATOS_SWIFT_APP_CREDENTIAL_ID)")
+        if not self.user_id and not self.domain:
+            raise ValueError(f"MATOS_SWIFT_USER is the user name {self.user!r}: set MATOS_SWIFT_DOMAIN to its "
+                             "domain's name (often `Default`), or use MATOS_SWIFT_USER_ID instead")
+        if not self.key:
+            raise ValueError("MATOS_SWIFT_KEY (the Keystone v3 password) is empty")
+        if not self.project_id and not self.project_name:
+            raise ValueError("Keystone v3 needs a project: set MATOS_SWIFT_PROJECT_ID, or MATOS_SWIFT_PROJECT_NAME "
+                             "and MATOS_SWIFT_PROJECT_DOMAIN")
+        if not self.project_id and not (self.project_domain or self.domain):
+            raise ValueError("MATOS_SWIFT_PROJECT_NAME needs the project's domain: set MATOS_SWIFT_PROJECT_DOMAIN "
+                             "(or MATOS_SWIFT_DOMAIN, if it is the user's)")
+        return url
 
     def store(self) -> Store:
         """A connection to the container, checked: it exists (created private) and we may use it."""
