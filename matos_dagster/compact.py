@@ -370,6 +370,9 @@ def compact_partition(
     for g in p.groups:
         if _merge(topic, partition, g, docs, archive, store, prefix, spark, say, res):
             res.groups.append((g.start, g.end))
+            # Its replaced folders are to be deleted by a run after the grace period.
+            if pending_cleanup is None or g.start < pending_cleanup:
+                pending_cleanup = g.start
         elif unswitched is None:
             unswitched = g.start
 

@@ -309,3 +309,33 @@ def test_the_compact_job_reports_what_it_merged(kafka, swift, spark_resource, ne
         resources={"kafka": kafka, "swift": swift, "spark": spark_resource}, raise_on_error=False)
     assert not bad.success
     assert "not in the topics file" in str(bad.all_events)
+
+
+def test_a_restore_stopped_half_way_resumes_exactly_once_inside_a_compacted_object(kafka, swift, spark, new_topic):
+    from matos_dagster.restore import Fault, Request, restore
+
+    topic = new_topic()
+    # Small objects (about 6 records), so the restore's marker falls inside a range.
+    cfg = config(topic, object_bytes=1024, max_record_bytes=1024)
+    load(kafka, topic, 90)
+    target = new_topic()
+    group = f"matos-restore-{target}"
+    with swift.store() as store:
+        store.check()
+        archive_small(kafka, store, spark, cfg, 0, 90)
+        # The task of the range at 30 dies after committing its first object, before its second.
+        with pytest.raises(Exception):
+            restore(Request(topic, "kafka", target=target), kafka, store, spark,
+                    fault=Fault(partition=0, start=30, after=2, how="exit"))
+        marker = kafka.committed(topic, [0], group)[0]
+        assert 30 < marker < 40, marker
+        done = compact_topic(cfg, kafka.committed(topic, [0], cfg.group), store, spark).partitions[0]
+        holding = [g for g in done.groups if g[0] < marker < g[1]]
+        assert holding, (marker, done.groups)  # the marker is now inside a compacted range
+
+        restore(Request(topic, "kafka", target=target), kafka, store, spark)
+    source = read_kafka(kafka, topic, 0)
+    restored = read_kafka(kafka, target, 0)
+    keep = ("key", "value", "headers", "timestamp", "timestamp_type")
+    assert [tuple(r[k] for k in keep) for r in restored] == [tuple(r[k] for k in keep) for r in source]
+    assert kafka.committed(topic, [0], group) == {0: 90}
