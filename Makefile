@@ -9,7 +9,7 @@ export DAGSTER_HOME := $(MATOS_DEVSTACK_DIR)/dagster
 DAGSTER_PORT ?= 3000
 PYTEST_TIMEOUT ?= 1200
 
-.PHONY: install run up down status demo test test-all bench clean
+.PHONY: install run up down status demo test test-all bench bench-history clean
 
 install: $(STAMP)
 
@@ -59,6 +59,12 @@ test-all: install
 # e.g. BENCH_ARGS="--quick --repeat 2" for a short run.
 bench: install
 	$(BIN)/python -m matos_dagster.bench --latency $(BENCH_ARGS)
+	$(BIN)/python -m matos_dagster.bench --history $(HISTORY_ARGS)
+
+# The growth workload alone (N = 0, 10,000, 100,000 ranges already archived); HISTORY_ARGS=--quick
+# for 0 and 10,000, or e.g. HISTORY_ARGS="--history-n 0,100000,1000000".
+bench-history: install
+	$(BIN)/python -m matos_dagster.bench --history $(HISTORY_ARGS)
 
 clean: down
 	rm -rf $(VENV) .devstack

@@ -1,4 +1,4 @@
-"""`python -m matos_dagster.bench [--quick] [--repeat N] [--out DIR] [--latency]` (`make bench`).
+"""`python -m matos_dagster.bench [--quick] [--repeat N] [--out DIR] [--latency] [--history]` (`make bench`).
 
 Full setting: W1 = 1,000,000 records of 1 KiB, W2 = 5,000,000 records of 100 B (16-byte keys,
 one header, 4 partitions), memory at W1 and 4×W1. `--quick`: 100,000 and 200,000 records.
@@ -48,11 +48,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--latency-rate", type=float, default=1000.0, help="records/s produced for --latency")
     p.add_argument("--latency-seconds", type=float, default=None, help="seconds of producing (300; quick 120)")
     p.add_argument("--no-sensor", action="store_true", help="skip the sensor tick measurement")
+    p.add_argument("--history", action="store_true",
+                   help="only the growth workload (bench/history.py): N = 0, 10,000, 100,000 ranges already "
+                        "archived (--quick: 0 and 10,000)")
+    p.add_argument("--history-n", type=lambda v: [int(x) for x in v.split(",")], default=None,
+                   help="N values of --history, comma-separated (e.g. 0,10000,100000,1000000)")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.history:
+        return history_main(args)
     setting = "quick" if args.quick else "full"
     sizes = SETTINGS[setting]
     out = Path(args.out).resolve()
@@ -206,6 +213,22 @@ def main(argv: list[str] | None = None) -> int:
         f"matos-dagster bench ({setting}): throughput per path", report.chart_groups(results)))
     print(md)
     say(f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / 'throughput.png'}")
+    return 0
+
+
+def history_main(args: argparse.Namespace) -> int:
+    from matos_dagster.bench import history
+
+    sizes = args.history_n or ([0, 10_000] if args.quick else [0, 10_000, 100_000])
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    with running_stack() as stack:
+        results = history.run(stack, sizes, say)
+    md = history.markdown(results)
+    (out / "history.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+    (out / "history.md").write_text(md)
+    print(md)
+    say(f"wrote {out / 'history.json'}, {out / 'history.md'}")
     return 0
 
 

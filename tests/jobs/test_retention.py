@@ -66,10 +66,12 @@ def test_pruned_ranges_are_still_verified_read_and_restored_exactly(kafka, swift
         assert report.totals()["manifests"] == 6 and report.compared == 60
         table = read_table(store.params, "kafka", name, partitions=[0], start=5, end=35)
         assert rows(table) == read_kafka(kafka, name, 0, 5, 35)
-        target = new_topic()
-        restored = restore(Request(name, "kafka", target=target, partition=0, start=0, end=40), kafka, store, spark)
-    assert restored.records == 40
+        target, by_key = new_topic(), new_topic()
+        restored = restore(Request(name, "kafka", target=target, partitions=(0,), start=0, end=40), kafka, store, spark)
+        restored_by_key = restore(Request(name, "kafka", target=by_key, keys=(ranges[2].key,)), kafka, store, spark)
+    assert restored.records == 40 and restored_by_key.records == 10
     assert fields(read_kafka(kafka, target, 0)) == fields(read_kafka(kafka, name, 0, 0, 40))
+    assert fields(read_kafka(kafka, by_key, 0)) == fields(read_kafka(kafka, name, 0, 20, 30))
 
 
 def test_a_committed_key_whose_range_has_no_manifest_in_swift_keeps_its_key(kafka, swift, new_topic, instance):
