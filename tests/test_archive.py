@@ -264,3 +264,122 @@ def test_two_runs_of_the_same_range_at_once_cannot_corrupt_the_archive(kafka, sw
     with swift.store() as store:
         assert read_archive(store, a.manifest) == read_kafka(kafka, topic, 0)
         assert check_archive(kafka, store, topic, cfg.group) == {0: 600}
+
+
+# -- bounded work at any history (issue 13.1) -----------------------------------------------
+
+
+def synthetic_history(store, prefix: str, topic: str, n: int) -> None:
+    """`n` one-offset ranges [i, i+1) archived below offset n: manifests written straight to Swift."""
+    for i in range(n):
+        r = OffsetRange(topic, 0, i, i + 1)
+        store.put_json(layout.manifest_name(prefix, r), {"topic": topic, "partition": 0, "start": i, "end": i + 1,
+                                                           "format": "parquet", "records": 0, "objects": []})
+
+
+class Listed:
+    """Swift listing requests and the names they returned, counted around the real Store.list_page."""
+
+    def __init__(self, monkeypatch):
+        from matos_dagster.store import Store
+
+        self.requests = self.names = 0
+        real = Store.list_page
+
+        def counted(store, *args, **kwargs):
+            items = real(store, *args, **kwargs)
+            self.requests += 1
+            self.names += len(items)
+            return items
+
+        monkeypatch.setattr(Store, "list_page", counted)
+
+    def since(self, mark: tuple[int, int]) -> tuple[int, int]:
+        return self.requests - mark[0], self.names - mark[1]
+
+    def mark(self) -> tuple[int, int]:
+        return self.requests, self.names
+
+
+def test_an_archive_run_lists_as_much_with_200_ranges_archived_below_it_as_with_20(
+        kafka, swift, spark, new_topic, monkeypatch):
+    listed = Listed(monkeypatch)
+    per_run = {}
+    for n in (20, 200):
+        topic = new_topic()
+        produce(kafka, topic, [(b"k", b"v", [])] * (n + 10))
+        cfg = config(topic)
+        with swift.store() as store:
+            prefix = layout.join(store.params.prefix, cfg.prefix)
+            synthetic_history(store, prefix, topic, n)
+            kafka.commit(topic, {0: n}, cfg.group)
+            mark = listed.mark()
+            done = archive_range(OffsetRange(topic, 0, n, n + 10), cfg, kafka, store, spark)
+            per_run[n] = listed.since(mark)  # (requests, names returned)
+            assert done.committed_after == n + 10
+    # The overlap check, the stray check and the commit read from the committed offset on only:
+    # the same requests and the same names, whatever lies below (a full listing returned every name).
+    assert per_run[20] == per_run[200], per_run
+
+
+# -- stray removal, and different ranges racing to commit (issue 20.6) ------------------------
+
+
+def test_objects_of_an_earlier_attempt_with_other_settings_are_removed_when_the_range_is_archived(
+        kafka, swift, spark, new_topic):
+    topic = new_topic()
+    produce(kafka, topic, awkward_rows(100, 1))
+    r = OffsetRange(topic, 0, 0, 100)
+    with swift.store() as store:
+        # An earlier attempt cut the range in slices of 30 and died before its manifest.
+        earlier = archive_range(r, config(topic, slice_records=30), kafka, store, spark)
+        store.delete(earlier.manifest_name)
+        old = sorted(o["name"] for o in earlier.manifest["objects"])
+        assert len(old) == 4
+        cfg = config(topic, slice_records=50)  # now: slices of 50, objects at 0 and 50
+        done = archive_range(r, cfg, kafka, store, spark)
+        kept = sorted(o["name"] for o in done.manifest["objects"])
+        strays = sorted(set(old) - set(kept))
+        assert len(kept) == 2 and len(strays) == 3  # part-...30, 60, 90 were the earlier attempt's
+        assert done.notes == [f"removed {n}: left by an earlier attempt, not in the manifest" for n in strays]
+        folder = layout.range_dir(layout.join(store.params.prefix, cfg.prefix), r) + "/"
+        assert sorted(i["name"] for i in store.list(folder)) == sorted(kept + [done.manifest_name])
+        assert read_archive(store, done.manifest) == read_kafka(kafka, topic, 0)
+        check_archive(kafka, store, topic, cfg.group)
+
+
+def test_two_different_ranges_archived_at_once_both_finish_and_the_offset_ends_past_both(
+        kafka, swift, spark, new_topic):
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    topic = new_topic()
+    produce(kafka, topic, awkward_rows(600, 1))
+    cfg = config(topic, slice_records=100)
+    seen: list[int | None] = []
+    done = threading.Event()
+
+    def watch():  # the committed offset as others see it, while both runs commit
+        while not done.is_set():
+            seen.append(kafka.committed(topic, [0], cfg.group)[0])
+
+    def run(r):
+        with swift.store() as store:
+            return archive_range(r, cfg, kafka, store, spark)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            a, b = pool.map(run, [OffsetRange(topic, 0, 0, 300), OffsetRange(topic, 0, 300, 600)])
+    finally:
+        done.set()
+        watcher.join()
+    assert a.manifest["records"] == 300 and b.manifest["records"] == 300
+    assert a.committed_after in (300, 600) and b.committed_after in (None, 600)
+    assert 600 in (a.committed_after, b.committed_after)  # whichever finished last committed both
+    assert kafka.committed(topic, [0], cfg.group) == {0: 600}
+    moved = [c for c in seen if c is not None]
+    assert moved and moved[-1] == 600, seen
+    with swift.store() as store:
+        assert check_archive(kafka, store, topic, cfg.group) == {0: 600}

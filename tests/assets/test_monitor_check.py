@@ -8,6 +8,7 @@ import pytest
 from dagster import Definitions, instance_for_test
 
 from helpers import delete_records, produce
+from matos_dagster import layout
 from matos_dagster.archive import archive_range
 from matos_dagster.assets.archive import archive_asset
 from matos_dagster.assets.monitor import monitor_automation, monitor_check, monitor_job_name
@@ -65,7 +66,8 @@ def test_lag_growing_above_the_threshold_warns(kafka, swift, spark_resource, ins
     for _ in range(5):  # the window: lag above 10 and growing at every evaluation
         produce(kafka, name, [(b"k", b"v", [])] * 15)
         statuses.append(monitor.evaluate().metadata["status"].value)
-    assert statuses[0] == "OK" and statuses[-1] == "WARN"
+    # Every status: a trend needs the whole window (it warned from the second evaluation on).
+    assert statuses == ["OK", "OK", "OK", "OK", "WARN"]
     e = monitor.evaluate()
     assert not e.passed and e.severity.value == "WARN" and "not shrinking" in table(e)[0]["why"]
     assert e.metadata["total_lag_records"].value == 75
@@ -91,3 +93,42 @@ def test_records_deleted_by_retention_before_archiving_are_an_error(kafka, swift
     e = monitor.evaluate()
     assert not e.passed and e.severity.value == "ERROR"
     assert table(e)[0]["lost"] == "[10, 15)"
+
+
+def test_an_evaluation_lists_as_much_with_200_ranges_below_what_it_knows_as_with_20(
+        kafka, swift, spark_resource, instance, new_topic, monkeypatch):
+    """Issue 13.2: the first evaluation reads a partition once; later ones list from what it knew."""
+    from matos_dagster.store import Store
+
+    listed = {"requests": 0, "names": 0}
+    real = Store.list_page
+
+    def counted(store, *args, **kwargs):  # the real listing, counted: requests and names returned
+        items = real(store, *args, **kwargs)
+        listed["requests"] += 1
+        listed["names"] += len(items)
+        return items
+
+    monkeypatch.setattr(Store, "list_page", counted)
+    per_evaluation = {}
+    for n in (20, 200):
+        name, topic, monitor = setup(kafka, swift, spark_resource, instance, new_topic)
+        produce(kafka, name, [(b"k", b"v", [])] * (n + 10))
+        with swift.store() as store:
+            prefix = layout.join(store.params.prefix, topic.prefix)
+            for i in range(n):  # history: one-offset ranges, manifests written straight to Swift
+                r = OffsetRange(name, 0, i, i + 1)
+                store.put_json(layout.manifest_name(prefix, r), {"topic": name, "partition": 0, "start": i,
+                                                                   "end": i + 1, "objects": []})
+            kafka.commit(name, {0: n}, topic.group)
+            first = monitor.evaluate()
+            assert first.metadata["archived_ranges"].value == n and table(first)[0]["archived_hwm"] == n
+            archive_range(OffsetRange(name, 0, n, n + 10), topic, kafka, store, spark_resource.spark_session)
+        before = dict(listed)
+        e = monitor.evaluate()
+        per_evaluation[n] = (listed["requests"] - before["requests"], listed["names"] - before["names"])
+        assert e.passed and e.metadata["archived_ranges"].value == n + 1, e.description
+        assert e.metadata["swift_listing_requests"].value == per_evaluation[n][0]
+        row = table(e)[0]
+        assert (row["committed"], row["archived_hwm"], row["ranges"], row["gaps"]) == (n + 10, n + 10, n + 1, "")
+    assert per_evaluation[20] == per_evaluation[200], per_evaluation
