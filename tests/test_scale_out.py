@@ -45,8 +45,8 @@ from matos_dagster.topics import TopicConfig
 
 # ~70-85 s for the test itself, ~10-15 s more for the cluster and its Swift (2 cores; five
 # JVMs: master, two workers, a driver and two executors per CLI run). In `make test`: it is
-# the proof that scale-out archives the same bytes and leaks no key.
-pytestmark = pytest.mark.timeout(900)
+# the proof that scale-out archives the same bytes and leaks no key. Bounded by the suite's
+# timeout (PYTEST_TIMEOUT): on a machine shared with other work it took over 900 s.
 
 CACHE = Path(os.environ.get("MATOS_DEVSTACK_DIR", PROJECT_ROOT / ".devstack")) / "cache"
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
