@@ -29,6 +29,14 @@ topic-partitions that exist, so the source topic must exist with the partitions 
 (it may be empty, or be the target itself). The marker belongs to the restore: restoring
 the same offsets into the same target again needs another group (or the group deleted).
 
+The target. Before anything is produced, the target's settings are checked against what the
+selected records need, from the manifests alone (`demands`, `target_problems`): timestamp
+windows, `max.message.bytes`, and time retention (which goes by the records' old timestamps).
+A target the restore creates gets the source's settings that decide those, CreateTime and no
+time retention; if even those would refuse, nothing is created. Anything refused is named with
+the setting to change (RestoreRefused); a record Kafka still refuses as it is produced aborts its
+transaction and fails the run naming the setting (RestoreFailed), the marker before it.
+
 No Dagster imports: the `restore` job is a thin shell around `restore`.
 """
 
@@ -283,8 +291,14 @@ def restore(
     plan_waves = waves(units)
     done = 0
     for i, wave in enumerate(plan_waves, 1):
-        results = run_tasks(spark, restore_unit, wave,
-                            f"restore {req.topic} -> {req.target_topic}: wave {i}/{len(plan_waves)}")
+        try:
+            results = run_tasks(spark, restore_unit, wave,
+                                f"restore {req.topic} -> {req.target_topic}: wave {i}/{len(plan_waves)}")
+        except Exception as e:
+            failed = _task_failure(e)
+            if failed is None:
+                raise
+            raise RestoreFailed(f"{failed} ({report.records} record(s) restored before, in earlier waves)") from None
         for res in results:
             done += 1
             report.units.append(res)
@@ -432,6 +446,16 @@ def _delivery_failure(unit: Unit, name: str, failures: list[KafkaError], left: i
     return f"{what}: Kafka says {err.name()}: {err.str()}.{fix}{undo}"
 
 
+def _task_failure(e: Exception) -> str | None:
+    """The RestoreFailed message inside a Spark task's error (which carries the Python traceback), if any."""
+    text = str(e)
+    mark = f"{RestoreFailed.__name__}: "
+    at = text.find(mark)
+    if at < 0:
+        return None
+    return text[at + len(mark):].split("\n", 1)[0].strip()
+
+
 def _maybe_fail(unit: Unit, transactions: int) -> None:
     f = unit.fault
     if f is None or f.partition != unit.partition or f.start != unit.lo or f.after != transactions:
@@ -577,6 +601,9 @@ def _prepare_target(
         )
     now_ms = int(time.time() * 1000)
     notes: list[str] = []
+    if needs.min_timestamp == 0:
+        notes.append("some records are stamped 0 (1970-01-01T00:00:00.000): librdkafka, which the restore produces "
+                     "with, reads timestamp 0 as 'now', so they get the time of the restore")
     if target_parts is not None:
         config = _topic_config(admin, target, timeout_s)
         problems = target_problems(target, config, needs, now_ms)
@@ -595,6 +622,8 @@ def _prepare_target(
         for n in notes:
             say(n)
         return None, {}, notes
+    for n in notes:
+        say(n)
     settings = dict(CREATED_SETTINGS)
     copied_from = "the broker's defaults"
     if req.topic != target:

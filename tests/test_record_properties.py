@@ -87,3 +87,71 @@ def test_json_lines_writes_timestamps_as_json_integers():
     line = gzip.decompress(data).decode()
     assert '"timestamp":1096946696824,' in line
     assert json.loads(line)["timestamp_type"] == "LogAppendTime"
+
+
+# -- the same through Kafka, the archive and the reader (real stack) ------------------------
+
+# What a producer can give Kafka: librdkafka reads timestamp 0 as "now", so 1 is the first
+# timestamp it can set; the topic takes any (see ANY_TIME).
+PRODUCED_TIMESTAMPS = st.one_of(st.integers(1, 2**63 - 1), st.sampled_from([1, 1096946696824, 7258118400000, 2**63 - 1]))
+ANY_TIME = {"message.timestamp.before.max.ms": str(2**63 - 1), "message.timestamp.after.max.ms": str(2**63 - 1),
+            "retention.ms": "-1"}
+
+
+def record_bytes(key, value, headers) -> int:
+    """What the README says record_bytes counts: key, value, header keys (UTF-8) and values, in bytes."""
+    return len(key or b"") + len(value or b"") + sum(len(k.encode("utf-8")) + len(v or b"") for k, v in headers or [])
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_adversarial_records_come_back_exactly_through_kafka_the_archive_and_the_reader(
+        fmt, kafka, swift, spark, new_topic):
+    from matos_dagster.archive import archive_range
+    from matos_dagster.ranges import OffsetRange
+    from matos_dagster.reader import read_table
+    from helpers import read_archive, read_kafka
+    from test_reader import config
+
+    produced = st.lists(st.tuples(BYTES, BYTES, HEADERS, PRODUCED_TIMESTAMPS), min_size=1, max_size=30)
+
+    @settings(max_examples=3, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(rows=produced)
+    def round_trip(rows):
+        topic = new_topic(partitions=1, **ANY_TIME)
+        p = kafka.producer()
+        errors = []
+        for key, value, headers, ts in rows:
+            p.produce(topic, key=key, value=value, headers=headers, timestamp=ts, partition=0,
+                      on_delivery=lambda err, msg: err and errors.append(err))
+        assert p.flush(60) == 0 and errors == [], errors
+        expected = [
+            {"topic": topic, "partition": 0, "offset": i, "timestamp": ts, "timestamp_type": "CreateTime",
+             "key": key, "value": value, "headers": [{"key": k, "value": v} for k, v in headers or []]}
+            for i, (key, value, headers, ts) in enumerate(rows)
+        ]
+        assert read_kafka(kafka, topic, 0) == expected  # Kafka kept them as produced
+        with swift.store() as store:
+            done = archive_range(OffsetRange(topic, 0, 0, len(rows)), config(topic, format=fmt, object_bytes=256),
+                                 kafka, store, spark)
+            assert read_archive(store, done.manifest) == expected  # the objects, read by the tests' own decoder
+            assert table_rows(read_table(store, "kafka", topic)) == expected  # the product's reader
+        sizes = [record_bytes(key, value, headers) for key, value, headers, _ in rows]
+        assert done.manifest["record_bytes"] == sum(sizes)
+        assert done.manifest["largest_record_bytes"] == max(sizes)
+
+    round_trip()
+
+
+def test_record_bytes_count_header_keys_in_utf8_bytes(kafka, swift, spark, new_topic):
+    """Issue 12.7: "é" is one character and two bytes; "日本" two characters and six bytes."""
+    from matos_dagster.archive import archive_range
+    from matos_dagster.ranges import OffsetRange
+    from helpers import produce
+    from test_reader import config
+
+    topic = new_topic(partitions=1)
+    produce(kafka, topic, [(b"k", b"vv", [("é", b"1"), ("日本", None)]), (None, None, [("a", b"")])], partition=0)
+    with swift.store() as store:
+        done = archive_range(OffsetRange(topic, 0, 0, 2), config(topic), kafka, store, spark)
+    assert done.manifest["record_bytes"] == (1 + 2 + 2 + 1 + 6) + 1 == 13
+    assert done.manifest["largest_record_bytes"] == 12
