@@ -147,15 +147,15 @@ def _fault(point: str) -> None:
 
 
 def verify(store: Store, doc: dict) -> None:
-    """Every object of the manifest is in Swift with its size and md5."""
-    for o in doc["objects"]:
-        found = store.head(o["name"])
+    """The manifest is one (typed, checked), and every object of it is in Swift with its size and md5."""
+    for o in manifest.Manifest.from_json(doc).objects:
+        found = store.head(o.name)
         if found is None:
-            raise manifest.ManifestError(f"object {o['name']} of the manifest is missing from Swift")
-        if found["bytes"] != o["bytes"] or found["md5"] != o["md5"]:
+            raise manifest.ManifestError(f"object {o.name} of the manifest is missing from Swift")
+        if found["bytes"] != o.bytes or found["md5"] != o.md5:
             raise manifest.ManifestError(
-                f"object {o['name']} in Swift has {found['bytes']} bytes, md5 {found['md5']}; "
-                f"the manifest says {o['bytes']} bytes, md5 {o['md5']}"
+                f"object {o.name} in Swift has {found['bytes']} bytes, md5 {found['md5']}; "
+                f"the manifest says {o.bytes} bytes, md5 {o.md5}"
             )
 
 

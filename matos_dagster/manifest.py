@@ -13,6 +13,9 @@ where it was written, so archiving a range again gives the same manifest. No Dag
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
+from typing import Any
+
 from matos_dagster.ranges import OffsetRange
 
 VERSION = 1
@@ -64,3 +67,98 @@ def range_of(doc: dict) -> OffsetRange:
         return OffsetRange(doc["topic"], int(doc["partition"]), int(doc["start"]), int(doc["end"]))
     except (KeyError, TypeError, ValueError) as e:
         raise ManifestError(f"manifest does not name a range: {e}") from None
+
+
+# -- the manifest as a type: read once, checked, written back to the same JSON bytes ----------
+
+_ABSENT: Any = type("Absent", (), {"__repr__": lambda self: "ABSENT"})()  # a key older manifests lack
+
+
+@dataclass(frozen=True)
+class ObjectEntry:
+    """One object a manifest lists."""
+
+    name: str
+    records: int
+    bytes: int
+    md5: str
+    first_offset: int
+    last_offset: int
+    min_timestamp: int | None
+    max_timestamp: int | None
+    largest_record_bytes: int | None = _ABSENT
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A manifest document, typed. `from_json(doc).to_json() == doc` for every manifest this
+    project writes or wrote, so `canonical_json` gives the same bytes back."""
+
+    version: int
+    topic: str
+    partition: int
+    start: int
+    end: int
+    format: str
+    records: int
+    bytes: int
+    record_bytes: int
+    first_offset: int | None
+    last_offset: int | None
+    min_timestamp: int | None
+    max_timestamp: int | None
+    objects: tuple[ObjectEntry, ...]
+    largest_record_bytes: int | None = _ABSENT
+    replaces: list[list[int]] = _ABSENT  # a compacted range's: the ranges it contains (compact.py)
+
+    @property
+    def range(self) -> OffsetRange:
+        return OffsetRange(self.topic, self.partition, self.start, self.end)
+
+    @classmethod
+    def from_json(cls, doc: Any) -> "Manifest":
+        """The typed manifest; a ManifestError naming what is wrong if `doc` is not one."""
+        if not isinstance(doc, dict):
+            raise ManifestError(f"a manifest is a JSON object, got {type(doc).__name__}")
+        objects = doc.get("objects")
+        if not isinstance(objects, list):
+            raise ManifestError("manifest lacks its list of objects")
+        try:
+            listed = tuple(ObjectEntry(**_typed(ObjectEntry, o, f"object {i}")) for i, o in enumerate(objects))
+            m = cls(**{**_typed(cls, doc, "manifest", skip={"objects"}), "objects": listed})
+        except TypeError as e:  # a key it lacks or one it should not have
+            raise ManifestError(f"manifest is not of version {VERSION}: {e}") from None
+        try:
+            m.range  # noqa: B018 - checks topic, partition and offsets
+        except ValueError as e:
+            raise ManifestError(f"manifest does not name a range: {e}") from None
+        return m
+
+    def to_json(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not _ABSENT}
+        out["objects"] = [
+            {f.name: getattr(o, f.name) for f in fields(o) if getattr(o, f.name) is not _ABSENT}
+            for o in self.objects
+        ]
+        return out
+
+
+_INTS = {"version", "partition", "start", "end", "records", "bytes", "record_bytes", "first_offset",
+         "last_offset", "min_timestamp", "max_timestamp", "largest_record_bytes"}
+
+
+def _typed(cls: type, doc: Any, what: str, skip: set[str] = frozenset()) -> dict:
+    if not isinstance(doc, dict):
+        raise ManifestError(f"{what} of the manifest is not a JSON object")
+    names = {f.name for f in fields(cls)}
+    unknown = set(doc) - names
+    if unknown:
+        raise ManifestError(f"{what} has keys no manifest has: {sorted(unknown)}")
+    out = {}
+    for k, v in doc.items():
+        if k in skip:
+            continue
+        if k in _INTS and v is not None and (not isinstance(v, int) or isinstance(v, bool)):
+            raise ManifestError(f"{what}: {k} must be an integer, got {v!r}")
+        out[k] = v
+    return out
