@@ -24,29 +24,13 @@ from matos_dagster.ranges import OffsetRange
 from matos_dagster.settings import PROJECT_ROOT
 from matos_dagster.topics import TopicConfig
 from matos_dagster.verify import (
-    DIFFERS, GAP, LOSS, MANIFEST, MD5, MISSING, OFFSETS, OVERLAP, SIZE, UNCOVERED,
-    Problem, Report, check_coverage, differences, manifest_issues, object_issues, sample_positions,
-    uncovered, verify_topic,
+    DIFFERS, EVERYTHING, FROM_MARK, GAP, LOSS, MANIFEST, MD5, MISSING, OFFSETS, OVERLAP, SIZE, UNCOMPARED,
+    UNCOVERED, Problem, Report, check_coverage, differences, manifest_issues, mark_name, object_issues,
+    sample_positions, sound_end, verify_topic,
 )
 from test_archive import awkward_rows
 
 # -- pure parts ---------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("spans, lo, hi, holes", [
-    ([], 0, 10, [(0, 10)]),
-    ([(0, 10)], 0, 10, []),
-    ([(0, 10), (20, 30)], 0, 30, [(10, 20)]),
-    ([(0, 10), (20, 30)], 0, 40, [(10, 20), (30, 40)]),
-    ([(5, 10)], 0, 10, [(0, 5)]),
-    ([(0, 10), (5, 15)], 0, 15, []),          # overlaps cover, they leave no hole
-    ([(20, 30), (0, 10)], 0, 30, [(10, 20)]),  # any order
-    ([(0, 100)], 40, 60, []),                  # a range covering the window part-way
-    ([(0, 10), (30, 40)], 5, 35, [(10, 30)]),
-    ([(10, 20)], 0, 5, [(0, 5)]),
-])
-def test_uncovered_spans(spans, lo, hi, holes):
-    assert uncovered(spans, lo, hi) == holes
 
 
 def _kinds(found: list[Problem]) -> list[tuple[str, int, int]]:
@@ -84,6 +68,40 @@ def test_coverage_table(spans, low, high, committed, problems, loss):
     assert _kinds(lost) == loss
 
 
+@pytest.mark.parametrize("ranges, acknowledged, low, committed, start, problems, loss", [
+    # an acknowledged loss is an entry: no gap, no loss, the run goes on past it
+    ([(0, 20), (60, 100)], [(20, 60)], 60, 100, None, [], []),
+    ([(0, 20)], [(20, 60)], 60, 60, None, [], []),
+    ([(0, 20)], [(20, 40)], 60, 60, None, [], [(LOSS, 40, 60)]),       # only part of the loss acknowledged
+    ([(0, 20), (10, 30)], [], 0, 30, None, [(OVERLAP, 10, 20)], []),
+    ([(0, 20)], [(10, 30)], 30, 30, None, [(OVERLAP, 10, 20)], []),    # a loss record over archived offsets
+    # from an audit mark: only offsets from `start` on are judged; the entry below is passed
+    ([(0, 20), (20, 30)], [], 0, 30, 20, [], []),
+    ([(0, 20), (25, 30)], [], 0, 30, 20, [(GAP, 20, 25)], []),         # a hole right at the mark is a gap
+    ([(0, 20)], [], 0, 40, 20, [(UNCOVERED, 20, 40)], []),
+    ([(0, 10), (30, 40)], [], 0, 40, 35, [], []),                       # [10, 30) is below the start
+    ([(0, 20)], [], 50, 20, 20, [], [(LOSS, 20, 50)]),
+])
+def test_coverage_with_acknowledged_loss_and_a_start(ranges, acknowledged, low, committed, start, problems, loss):
+    found, lost = check_coverage("t", "g", 0, ranges, low, 100, committed, acknowledged, start)
+    assert _kinds(found) == problems
+    assert _kinds(lost) == loss
+
+
+@pytest.mark.parametrize("start, entries, bad, committed, mark", [
+    (0, [(0, 10), (10, 20)], [], 20, 20),
+    (0, [(0, 10), (10, 20)], [], 15, 15),            # not past the committed offset
+    (0, [(0, 10), (10, 20)], [], None, None),        # nothing committed: no mark
+    (0, [(0, 10), (20, 30)], [], 30, 10),            # not past a hole
+    (0, [(0, 10), (10, 20)], [(12, 13)], 20, 12),    # not past a problem
+    (10, [(0, 10), (10, 20)], [(5, 6)], 20, 5),      # a problem below the start pulls it back
+    (0, [(0, 10)], [None], 10, None),                # a problem without offsets: the mark stays
+])
+def test_the_audit_mark_stops_at_the_first_hole_problem_or_uncommitted_offset(start, entries, bad, committed, mark):
+    problems = [Problem(MD5, 0, "x", *(b or (None, None))) for b in bad]
+    assert sound_end(start, entries, problems, committed) == mark
+
+
 def test_coverage_messages_name_the_partition_offsets_and_group():
     (gap,), () = check_coverage("orders", "g1", 3, [(0, 10), (20, 30)], 0, 30, 30)
     assert gap.message == ("orders/3: offsets [10, 20) are in no manifest, between archived ranges "
@@ -92,7 +110,8 @@ def test_coverage_messages_name_the_partition_offsets_and_group():
     assert "offsets [10, 25) are committed (group g1 at 25) but in no manifest: the archive ends at 10" in unc.message
     (), (lost,) = check_coverage("orders", "g1", 3, [(0, 20)], 60, 100, 20)
     assert lost.message == ("orders/3: offsets [20, 60) were deleted from Kafka (log start offset now 60) before "
-                            "they were archived: up to 40 records lost")
+                            "they were archived: up to 40 records lost; record the loss in the archive with the "
+                            "`acknowledge_loss` job to go on")
 
 
 def _doc(**kw):
@@ -167,6 +186,8 @@ def test_a_report_is_ok_only_without_problems_and_loss_and_renders_both():
     (["--topic", "demo", "--sample", "3", "--full"], "not allowed with argument"),
     (["--topic", "demo", "--sample", "-1"], "--sample must be >= 0"),
     (["--topic", "no-such-topic"], "is not in the topics file"),
+    (["--topic", "demo", "--all", "--from", "3"], "not allowed with argument"),
+    (["--topic", "demo", "--from", "-1"], "--from must be an offset >= 0"),
 ])
 def test_the_cli_refuses_usage_errors_with_exit_2(args, message):
     env = {**os.environ, "MATOS_TOPICS_FILE": str(PROJECT_ROOT / "topics.yaml")}
@@ -195,8 +216,8 @@ class Archive:
             self.docs[start] = done.manifest
         assert kafka.committed(self.name, [0], self.cfg.group) == {0: 30}
 
-    def verify(self, sample: int | None = 0) -> Report:
-        return verify_topic(self.kafka, self.store, self.prefix, self.cfg, sample)
+    def verify(self, sample: int | None = 0, **kw) -> Report:
+        return verify_topic(self.kafka, self.store, self.prefix, self.cfg, sample, **{"since": EVERYTHING, **kw})
 
     def manifest_name(self, start: int, end: int | None = None) -> str:
         return layout.manifest_name(self.prefix, OffsetRange(self.name, 0, start, end or start + 10))
@@ -262,7 +283,7 @@ def test_an_overlapping_extra_manifest_is_reported_with_the_offsets_held_twice(a
     report = archive.verify(sample=None)
     assert not report.loss and _kinds(report.problems) == [(OVERLAP, 5, 10), (OVERLAP, 10, 15)], report.render()
     assert report.problems[0].message == (f"{archive.name}/0: manifests [0, 10) and [5, 15) both hold offsets [5, 10): "
-                                          "every offset must be in exactly one manifest")
+                                          "every offset must be in exactly one entry")
 
 
 def test_a_deleted_manifest_is_reported_as_the_gap_it_leaves(archive):
@@ -270,7 +291,8 @@ def test_a_deleted_manifest_is_reported_as_the_gap_it_leaves(archive):
     report = archive.verify(sample=2)
     p = only(report, GAP)
     assert (p.start, p.end) == (10, 20) and "below the committed offset 30" in p.message
-    assert any("[10, 20): 3 object(s) but no manifest" in n for n in report.notes)
+    assert f"{archive.name}/0[10, 20): objects but no manifest: an unfinished attempt, not archived; the range's " \
+           "next run rewrites them" in report.notes
 
 
 def test_a_committed_offset_moved_past_the_archive_is_reported_uncovered(archive):
@@ -327,8 +349,12 @@ def test_the_verify_job_fails_with_the_report_and_counts(archive, swift):
     meta = ok_event.event_specific_data.metadata
     assert meta["ok"].value is True and meta["compared_with_kafka"].value == 30 and meta["manifests"].value == 3
 
+    assert meta["scope"].value == "from the audit marks"  # the job's default; none yet: everything, once
     archive.store.delete(archive.docs[0]["objects"][0]["name"])
     archive.store.delete(archive.manifest_name(20))
+    # Below the mark the default audit does not look again; a full audit does.
+    assert job.execute_in_process(run_config=config, resources={"kafka": archive.kafka, "swift": swift}).success
+    config["ops"]["verify_archive"]["config"]["audit_all"] = True
     bad = job.execute_in_process(run_config=config, resources={"kafka": archive.kafka, "swift": swift},
                                  raise_on_error=False)
     assert not bad.success
@@ -352,7 +378,158 @@ def test_the_cli_exits_0_when_sound_and_1_with_the_problems_printed(archive, swi
     p = cli("--sample", "2")
     assert p.returncode == 0, p.stdout + p.stderr
     assert f"verify {archive.name}: OK" in p.stdout and "3 manifests, 9 objects, 30 records" in p.stdout
+    assert "audited from the audit marks" in p.stdout
     archive.store.delete(archive.docs[10]["objects"][0]["name"])
-    p = cli("--full")
+    p = cli("--full")  # from the mark at 30: nothing new to audit
+    assert p.returncode == 0 and "0 manifests" in p.stdout, p.stdout + p.stderr
+    p = cli("--full", "--all")
     assert p.returncode == 1, p.stdout + p.stderr
     assert "1 PROBLEM(S)" in p.stdout and "[missing]" in p.stdout and archive.docs[10]["objects"][0]["name"] in p.stdout
+
+
+# -- damage the checks must name (issue 20.6) ---------------------------------------------
+
+
+def _rewrite(archive, start: int, index: int, rows: list[dict]) -> dict:
+    """Object `index` of range `start` rewritten with `rows`, its manifest entry made to match,
+    so that only decoding or the comparison with Kafka can tell."""
+    doc = archive.docs[start]
+    o = doc["objects"][index]
+    data = records.encode(pa.Table.from_pylist(rows, schema=records.SCHEMA), "parquet")
+    archive.store.put(o["name"], data)
+    doc["records"] += len(rows) - o["records"]
+    o.update(bytes=len(data), md5=hashlib.md5(data).hexdigest(), records=len(rows))
+    archive.store.put_json(archive.manifest_name(start), doc)
+    return o
+
+
+def test_an_object_that_does_not_decode_is_reported_by_name(archive):
+    o = archive.docs[10]["objects"][0]
+    garbage = b"PAR1 not really parquet PAR1"
+    archive.store.put(o["name"], garbage)
+    o.update(bytes=len(garbage), md5=hashlib.md5(garbage).hexdigest())
+    archive.store.put_json(archive.manifest_name(10), archive.docs[10])
+    report = archive.verify(sample=None)
+    p = only(report, "decode")
+    assert p.name == o["name"] and f"object {o['name']} does not decode as parquet" in p.message
+    assert f"{archive.name}/0[10, 20): not compared with Kafka, since an object of it is damaged" in report.notes
+
+
+def test_a_manifest_that_is_not_json_is_reported_and_leaves_no_gap(archive):
+    archive.store.put(archive.manifest_name(10), b'{"topic": "cut short')
+    p = only(archive.verify(sample=None), MANIFEST)
+    assert (p.start, p.end, p.name) == (10, 20, archive.manifest_name(10))
+    assert f"manifest {archive.manifest_name(10)} is not valid JSON" in p.message
+
+
+def test_a_record_missing_from_an_object_is_found_by_comparing_with_kafka(archive):
+    o = archive.docs[20]["objects"][1]
+    rows = records.decode(archive.store.get(o["name"]), "parquet").to_pylist()
+    dropped = rows.pop(1)  # a middle row: the object's first and last offsets stay
+    _rewrite(archive, 20, 1, rows)
+    assert archive.verify().ok  # sizes, checksums and counts agree: only Kafka can tell
+    p = only(archive.verify(sample=None), DIFFERS)
+    assert (f"Kafka's record at offset {dropped['offset']} is not in the archive (object {o['name']})"
+            in p.message), p.message
+
+
+def test_an_extra_archived_record_is_found_by_comparing_with_kafka(kafka, swift, spark, new_topic):
+    # A transaction's commit marker takes an offset that holds no record: archive a record there.
+    topic = new_topic()
+    producer = kafka.producer(**{"transactional.id": f"t-{uuid.uuid4().hex[:8]}"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(5):
+        producer.produce(topic, key=b"k", value=str(i).encode())
+    producer.commit_transaction(30)  # records 0..4, the marker at 5
+    cfg = TopicConfig(name=topic, group=f"g-{uuid.uuid4().hex[:8]}")
+    with swift.store() as store:
+        done = archive_range(OffsetRange(topic, 0, 0, 6), cfg, kafka, store, spark)
+        doc = done.manifest
+        (o,) = doc["objects"]
+        rows = records.decode(store.get(o["name"]), "parquet").to_pylist()
+        rows.append({**rows[-1], "offset": 5})
+        data = records.encode(pa.Table.from_pylist(rows, schema=records.SCHEMA), "parquet")
+        store.put(o["name"], data)
+        o.update(bytes=len(data), md5=hashlib.md5(data).hexdigest(), records=6, last_offset=5)
+        doc["records"] = 6
+        prefix = layout.join(store.params.prefix, cfg.prefix)
+        store.put_json(layout.manifest_name(prefix, OffsetRange(topic, 0, 0, 6)), doc)
+        report = verify_topic(kafka, store, prefix, cfg, None)
+    assert len(report.problems) == 1 and report.problems[0].kind == DIFFERS, report.render()
+    assert f"archived record at offset 5 is not in Kafka (object {o['name']})" in report.problems[0].message
+
+
+def test_kafka_unreadable_in_the_middle_of_a_comparison_makes_the_audit_not_ok(archive):
+    # Retention deletes every archived record once the first range is compared: the other
+    # two ranges can no longer be compared, and an audit that could not compare is not ok.
+    def after_range(line: str) -> None:
+        if "[0, 10) checked" in line:
+            delete_records(archive.kafka, archive.name, 0, 30)
+
+    report = verify_topic(archive.kafka, archive.store, archive.prefix, archive.cfg, None, say=after_range)
+    assert not report.ok, report.render()
+    assert [(p.kind, p.start, p.end) for p in report.problems] == [(UNCOMPARED, 10, 20), (UNCOMPARED, 20, 30)]
+    assert "could not be compared with Kafka" in report.problems[0].message
+    assert report.compared == 10  # the first range, compared in full before the records went
+
+
+# -- the audit mark: the default audit's listings do not grow with the history (issue 13.1) --
+
+
+def test_the_default_audit_starts_at_the_mark_and_moves_it(archive):
+    first = archive.verify(since=FROM_MARK)  # no mark yet: from the first entry, once
+    assert first.ok and first.totals()["manifests"] == 3, first.render()
+    assert first.partitions[0].mark == 30
+    assert archive.store.get_json(mark_name(archive.prefix, archive.name, 0))["offset"] == 30
+
+    archive_range(OffsetRange(archive.name, 0, 30, 40), archive.cfg, archive.kafka, archive.store, archive.spark)
+    second = archive.verify(since=FROM_MARK)
+    assert second.ok and second.totals()["manifests"] == 1, second.render()  # only the new range
+    assert (second.partitions[0].audited_from, second.partitions[0].mark) == (30, 40)
+
+    # Damage below the mark: the default audit does not look there; a full audit does, and
+    # pulls the mark back, so the default audit goes on reporting it until it is mended.
+    o = archive.docs[0]["objects"][0]
+    archive.store.put(o["name"], b"x" * o["bytes"])
+    assert archive.verify(since=FROM_MARK).totals()["manifests"] == 0
+    full = archive.verify(since=EVERYTHING, move_mark=True)
+    assert only(full, MD5).name == o["name"] and full.partitions[0].mark == 0
+    again = archive.verify(since=FROM_MARK)
+    assert only(again, MD5).name == o["name"] and again.partitions[0].audited_from == 0
+
+
+def test_an_audit_from_an_offset_above_the_mark_leaves_the_mark(archive):
+    archive.store.put_json(mark_name(archive.prefix, archive.name, 0),
+                           {"topic": archive.name, "partition": 0, "offset": 10})
+    report = archive.verify(since=20, move_mark=True)
+    assert report.ok and report.totals()["manifests"] == 1 and report.partitions[0].mark == 10, report.render()
+    assert archive.store.get_json(mark_name(archive.prefix, archive.name, 0))["offset"] == 10
+    report = archive.verify(since=10, move_mark=True)
+    assert report.ok and report.totals()["manifests"] == 2 and report.partitions[0].mark == 30, report.render()
+
+
+def _synthetic_history(store, prefix: str, topic: str, ranges: list[tuple[int, int]]) -> None:
+    """Manifest folders that are listed but never read: the history below the audit mark."""
+    for lo, hi in ranges:
+        store.put(layout.manifest_name(prefix, OffsetRange(topic, 0, lo, hi)), b"{}")
+
+
+def test_the_default_audit_lists_as_much_with_1_or_200_ranges_below_the_mark(kafka, swift, spark, new_topic):
+    topic = new_topic()
+    produce(kafka, topic, awkward_rows(210, 1))
+    listings = {}
+    with swift.store() as store:
+        for n in (1, 200):
+            cfg = TopicConfig(name=topic, group=f"g-{uuid.uuid4().hex[:8]}", prefix=f"h{n}")
+            prefix = layout.join(store.params.prefix, cfg.prefix)
+            _synthetic_history(store, prefix, topic, [(i * 200 // n, (i + 1) * 200 // n) for i in range(n)])
+            kafka.commit(topic, {0: 200}, cfg.group)
+            archive_range(OffsetRange(topic, 0, 200, 210), cfg, kafka, store, spark)
+            store.put_json(mark_name(prefix, topic, 0), {"topic": topic, "partition": 0, "offset": 200})
+            before = store.listings
+            report = verify_topic(kafka, store, prefix, cfg, 0, since=FROM_MARK)
+            listings[n] = store.listings - before
+            assert report.ok and report.totals()["manifests"] == 1, report.render()
+            assert report.partitions[0].mark == 210
+    assert listings[1] == listings[200], listings

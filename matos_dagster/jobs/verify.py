@@ -3,9 +3,13 @@
     dagster job execute -m matos_dagster.definitions -j verify \\
         -c <(echo '{ops: {verify_archive: {config: {topic: demo, sample: 20}}}}')
 
-The same checks as `python -m matos_dagster.verify` (see `matos_dagster/verify.py`). The run
-fails, with the report, when anything is wrong; its metadata counts each kind of problem.
+The same checks as `python -m matos_dagster.verify` (see `matos_dagster/verify/`): by default
+from each partition's audit mark on (bounded, whatever the history), `audit_all: true` for a
+full audit (e.g. scheduled weekly), `from_offset: N` from an offset. The run fails, with the
+report, when anything is wrong (an acknowledged loss is not); its metadata counts each kind.
 """
+
+from typing import Optional
 
 from dagster import Config, Failure, MetadataValue, OpExecutionContext, Output, job, op
 from pydantic import Field
@@ -14,7 +18,7 @@ from matos_dagster import layout
 from matos_dagster.resources import KafkaResource, SwiftResource
 from matos_dagster.store import Store
 from matos_dagster.topics import TopicConfig
-from matos_dagster.verify import Report, verify_topic
+from matos_dagster.verify import EVERYTHING, FROM_MARK, Report, verify_topic
 
 
 class VerifyConfig(Config):
@@ -23,6 +27,14 @@ class VerifyConfig(Config):
         default=0,
         description="Records per range compared with Kafka while Kafka still has them: 0 none, N that many, "
         "-1 every record (slow: read by this run, not by Spark).",
+    )
+    audit_all: bool = Field(
+        default=False,
+        description="Audit every entry from each partition's first (lists the whole history). Default: from "
+        "each partition's audit mark, where earlier audits left off.",
+    )
+    from_offset: Optional[int] = Field(
+        default=None, description="Audit each partition from this offset on (instead of from the audit marks)."
     )
 
 
@@ -36,11 +48,15 @@ def verify_job(topics: list[TopicConfig]):
             raise Failure(f"topic {config.topic!r} is not in the topics file; it has {sorted(by_name)}")
         if config.sample < -1:
             raise Failure(f"sample must be -1 (every record), 0 (none) or a count, got {config.sample}")
+        if config.from_offset is not None and (config.from_offset < 0 or config.audit_all):
+            raise Failure(f"from_offset must be an offset >= 0, without audit_all; got {config.from_offset}"
+                          f"{' with audit_all' if config.audit_all else ''}")
+        since = EVERYTHING if config.audit_all else FROM_MARK if config.from_offset is None else config.from_offset
         params = swift.params()
         # A plain Store, not swift.store(): verifying must not create a missing container.
         with Store(params) as store:
             report = verify_topic(kafka, store, layout.join(params.prefix, topic.prefix), topic,
-                                  None if config.sample == -1 else config.sample)
+                                  None if config.sample == -1 else config.sample, since=since, move_mark=True)
         for line in report.render().splitlines():
             context.log.info(line)
         meta = metadata(report)
@@ -61,6 +77,8 @@ def metadata(report: Report) -> dict:
         "ok": MetadataValue.bool(report.ok),
         "problems": MetadataValue.int(len(report.problems)),
         "lost_offsets": MetadataValue.int(report.lost_offsets),
+        "acknowledged_lost_offsets": MetadataValue.int(report.acknowledged_offsets),
+        "scope": MetadataValue.text(report.scope),
         "manifests": MetadataValue.int(t["manifests"]),
         "objects": MetadataValue.int(t["objects"]),
         "records": MetadataValue.int(t["records"]),
@@ -69,10 +87,10 @@ def metadata(report: Report) -> dict:
         "duration_s": MetadataValue.float(round(report.duration_s, 3)),
         **{f"problems_{kind.replace('-', '_')}": MetadataValue.int(n) for kind, n in report.counts().items()},
     }
-    if report.problems or report.loss:
+    if report.problems or report.loss or report.acknowledged:
         rows = [f"| {p.kind} | {p.partition} | {p.start if p.start is not None else ''} | "
                 f"{p.end if p.end is not None else ''} | {p.message.replace('|', '/')} |"
-                for p in (report.problems + report.loss)[:200]]
+                for p in (report.problems + report.loss + report.acknowledged)[:200]]
         meta["report"] = MetadataValue.md(
             "| kind | partition | start | end | what |\n| --- | --- | --- | --- | --- |\n" + "\n".join(rows))
     return meta
