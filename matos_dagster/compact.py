@@ -367,8 +367,15 @@ def compact_partition(
 
     p = plan(members, upper, topic.compact_bytes, topic.compact_min_age_s, max_groups, topic.compact_span_s)
     unswitched = None
-    for g in p.groups:
-        if _merge(topic, partition, g, docs, archive, store, prefix, spark, say, res):
+    # Every group's objects at once, one Spark task a group; then the switches, in offset order.
+    jobs = [_job(topic, partition, g, docs, store, prefix) for g in p.groups]
+    for g, job in zip(p.groups, jobs):
+        say(f"{job.range}: merging {len(g.members)} ranges ({len(job.inputs)} objects, {g.record_bytes} record bytes)")
+    written = run_tasks(spark, merge_group, jobs, f"compact {topic.name}/{partition}: {len(jobs)} group(s)")
+    if jobs:
+        _fault("compact-after-objects")
+    for g, job, objects in zip(p.groups, jobs, written):
+        if _switch(g, job, objects, docs, archive, store, prefix, say, res):
             res.groups.append((g.start, g.end))
             # Its replaced folders are to be deleted by a run after the grace period.
             if pending_cleanup is None or g.start < pending_cleanup:
@@ -387,17 +394,16 @@ def compact_partition(
     return res
 
 
-def _merge(topic, partition, g: Group, docs, archive: PartitionArchive, store: Store, prefix: str, spark,
-           say, res: PartitionResult) -> bool:
+def _job(topic: TopicConfig, partition: int, g: Group, docs, store: Store, prefix: str) -> MergeJob:
     r = OffsetRange(topic.name, partition, g.start, g.end)
-    inputs = [docs[(m.start, m.end)] for m in g.members]
-    objects_in = tuple(o for d in inputs for o in d["objects"])
-    fmt = g.members[0].format
-    job = MergeJob(r, layout.range_dir(prefix, r), objects_in, fmt, store.params, topic.object_bytes)
-    say(f"{r}: merging {len(g.members)} ranges ({len(objects_in)} objects, {g.record_bytes} record bytes)")
-    written = run_tasks(spark, merge_group, [job], f"compact {r}")[0]
-    _fault("compact-after-objects")
+    objects_in = tuple(o for m in g.members for o in docs[(m.start, m.end)]["objects"])
+    return MergeJob(r, layout.range_dir(prefix, r), objects_in, g.members[0].format, store.params, topic.object_bytes)
 
+
+def _switch(g: Group, job: MergeJob, written: list[dict], docs, archive: PartitionArchive, store: Store,
+            prefix: str, say, res: PartitionResult) -> bool:
+    r, fmt, objects_in = job.range, job.format, job.inputs
+    inputs = [docs[(m.start, m.end)] for m in g.members]
     doc = manifest.build(r, fmt, written)
     doc["record_bytes"] = sum(int(d.get("record_bytes", 0)) for d in inputs)
     doc["replaces"] = [[m.start, m.end] for m in g.members]

@@ -277,10 +277,13 @@ def test_a_compaction_killed_at_any_step_is_finished_by_the_next_run(kafka, swif
             # A replaced folder lost its manifest, not yet its objects.
             assert any(s not in mid for s in folders(store, cfg))
 
-        # The next run (past the grace period, so it cleans up too) finishes it.
+        # The next run finishes it (past the grace period of what the killed run switched)...
         compact_partition(cfg, 0, committed, store, prefix(store, cfg), spark, now=now + 601)
         final = assert_exactly_once(kafka, store, cfg, 60)
         assert len(final) < len(before)
+        # ...and one past the grace period of what that run switched cleans up the rest.
+        compact_partition(cfg, 0, committed, store, prefix(store, cfg), spark, now=now + 1202)
+        assert assert_exactly_once(kafka, store, cfg, 60) == final
         assert folders(store, cfg) == final  # nothing replaced or half-deleted is left
 
 
@@ -299,7 +302,7 @@ def test_the_compact_job_reports_what_it_merged(kafka, swift, spark_resource, ne
         resources={"kafka": kafka, "swift": swift, "spark": spark_resource},
     )
     assert result.success
-    meta = result.get_step_success_events()[0].step_output_data.metadata
+    meta = next(e for e in result.all_events if e.is_successful_output).step_output_data.metadata
     assert meta["ranges_merged"].value >= 2
     assert meta["objects_after"].value < meta["objects_before"].value
     assert meta["records"].value > 0 and meta["bytes_after"].value > 0

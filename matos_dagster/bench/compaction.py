@@ -15,13 +15,17 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import json
+import shutil
+import tempfile
 import time
 import uuid
+from pathlib import Path
 
 from matos_dagster import layout, manifest, records
 from matos_dagster.ranges import OffsetRange
-from matos_dagster.store import Store
+from matos_dagster.store import Store, SwiftParams
 from matos_dagster.topics import TopicConfig
 
 DAY_MS = 86_400_000
@@ -73,16 +77,35 @@ def read_hour(params, cfg: TopicConfig, hour: int) -> dict:
         return {"s": time.monotonic() - t, "listings": store.listings - before, "rows": table.num_rows}
 
 
+@contextlib.contextmanager
+def swift_only():
+    """Swift on a free port in a temporary folder (compaction needs no Kafka: the committed
+    offset is given), stopped at the end."""
+    from matos_dagster.bench.stack import cache_dir
+    from matos_dagster.devstack.process import free_port
+    from matos_dagster.devstack.swift import SwiftServer
+
+    tmp = Path(tempfile.mkdtemp(prefix="matos-bench-compact-"))
+    server = SwiftServer(tmp / "swift", cache_dir(), proxy_port=free_port())
+    try:
+        server.start()
+        yield server
+    finally:
+        with contextlib.suppress(Exception):
+            server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def run(ranges: int, per_range: int, say=print) -> dict:
-    from matos_dagster.bench.stack import running_stack
     from matos_dagster.compact import compact_topic
     from matos_dagster.resources import SparkResource
 
     out: dict = {"ranges": ranges, "records_per_range": per_range}
-    with running_stack() as stack:
+    with swift_only() as server:
         cfg = TopicConfig(f"bench-compact-{uuid.uuid4().hex[:6]}", compact_min_age_s=0, compact_grace_s=0,
                           compact_span_s=3600)
-        params = stack.swift_params(f"bench-compact-{uuid.uuid4().hex[:6]}")
+        params = SwiftParams(auth_url=server.auth_url, container=f"bench-compact-{uuid.uuid4().hex[:6]}",
+                             user=server.user, key=server.key, prefix="kafka", retries=3, timeout_s=120)
         with Store(params) as store:
             store.check()
         out["setup_s"] = write_day(params, cfg, ranges, per_range)
@@ -110,7 +133,6 @@ def run(ranges: int, per_range: int, say=print) -> dict:
         out["after"] = census(params, cfg)
         out["reader_after"] = read_hour(params, cfg, 12)
         assert out["reader_after"]["rows"] == out["reader_before"]["rows"], out
-        stack.drop_container(params.container)
     out["ratios"] = {
         "objects_after_per_before": out["after"]["objects"] / out["before"]["objects"],
         "bytes_after_per_before": out["after"]["bytes"] / out["before"]["bytes"],
