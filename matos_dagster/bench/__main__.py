@@ -51,6 +51,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--history", action="store_true",
                    help="only the growth workload (bench/history.py): N = 0, 10,000, 100,000 ranges already "
                         "archived (--quick: 0 and 10,000)")
+    p.add_argument("--no-month", action="store_true", help="--history without the simulated month of DAGSTER_HOME")
     p.add_argument("--history-n", type=lambda v: [int(x) for x in v.split(",")], default=None,
                    help="N values of --history, comma-separated (e.g. 0,10000,100000,1000000)")
     return p.parse_args(argv)
@@ -223,7 +224,7 @@ def history_main(args: argparse.Namespace) -> int:
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     with running_stack() as stack:
-        results = history.run(stack, sizes, say)
+        results = history.run(stack, sizes, say, month=not args.no_month)
     md = history.markdown(results)
     (out / "history.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
     (out / "history.md").write_text(md)
