@@ -51,7 +51,7 @@ def ensure_instance(home: Path) -> None:
 
 def _quiet() -> dict:
     # The run's events are in the instance (and the UI); the console gets the outcome only.
-    return {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
+    return {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 
 
 def _failure(result) -> str:
@@ -61,7 +61,7 @@ def _failure(result) -> str:
             error = event.step_failure_data.error
             while error.cause is not None and error.cls_name.startswith("Dagster"):
                 error = error.cause
-            return error.message.strip()
+            return error.message.strip().removeprefix(f"{error.cls_name}: ")
         if event.is_run_failure and event.event_specific_data and event.event_specific_data.error:
             return event.event_specific_data.error.message.strip()
     return "the run failed; see it in the UI"

@@ -32,7 +32,7 @@ def load_demo_data(instance: DagsterInstance, count: int = DEMO_RECORDS) -> int:
     not load another 20,000 records. Returns the records produced (0 if the topic had some).
     """
     demo_topic()
-    kafka = definitions.RESOURCES["kafka"]
+    kafka = definitions.RESOURCES["kafka"].process_config_and_initialize()  # its EnvVar settings, resolved
     kafka.create_topic(DEMO_TOPIC, DEMO_PARTITIONS)  # waits for the leaders of a fresh broker
     parts = kafka.partitions(DEMO_TOPIC)
     present = sum(high - low for low, high in kafka.watermarks(DEMO_TOPIC, parts).values())

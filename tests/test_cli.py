@@ -1,4 +1,4 @@
-"""The README's `dagster` commands, run as a user would: load, add ranges, archive, monitor."""
+"""The operator's commands, run as a user would: load, add ranges, archive, monitor, and their refusals."""
 
 from __future__ import annotations
 
@@ -7,16 +7,21 @@ import os
 import subprocess
 import sys
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from dagster import AssetCheckKey, AssetKey, DagsterInstance
 
-from helpers import check_archive, manifests, read_archive, read_kafka, user_env
+from helpers import check_archive, manifests, produce, read_archive, read_kafka, user_env
+from matos_dagster.ranges import KEY_EXAMPLE, KEY_FORM, OffsetRange
 from matos_dagster.resources import SwiftResource
 from matos_dagster.settings import PROJECT_ROOT
 
-DAGSTER = str(Path(sys.executable).parent / "dagster")
+BIN = Path(sys.executable).parent
+DAGSTER = str(BIN / "dagster")
+DG = str(BIN / "dg")
+MATOS = [sys.executable, "-m", "matos_dagster"]
 
 
 @pytest.fixture
@@ -28,11 +33,46 @@ def project(tmp_path, kafka_server, swift_server):
     return topic, env, tmp_path
 
 
-def dagster(env, cwd, *args, ok=True) -> subprocess.CompletedProcess:
-    p = subprocess.run([DAGSTER, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
+def run(env, cwd, *args, ok=True) -> subprocess.CompletedProcess:
+    p = subprocess.run(list(args), env=env, cwd=cwd, capture_output=True, text=True, timeout=600)
     if ok:
         assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     return p
+
+
+def dagster(env, cwd, *args, ok=True) -> subprocess.CompletedProcess:
+    return run(env, cwd, DAGSTER, *args, ok=ok)
+
+
+def matos(env, cwd, *args, ok=True) -> subprocess.CompletedProcess:
+    return run(env, cwd, *MATOS, *args, ok=ok)
+
+
+def keys_of(env, asset) -> list[str]:
+    with instance_of(env) as instance:
+        return instance.get_dynamic_partitions(f"{asset}_ranges")
+
+
+@contextmanager
+def instance_of(env):
+    os.environ["DAGSTER_HOME"], saved = env["DAGSTER_HOME"], os.environ.get("DAGSTER_HOME")
+    try:
+        with DagsterInstance.get() as instance:
+            yield instance
+    finally:
+        if saved is None:
+            os.environ.pop("DAGSTER_HOME")
+        else:
+            os.environ["DAGSTER_HOME"] = saved
+
+
+def refusal(p: subprocess.CompletedProcess, command: str) -> str:
+    """A refusal is exit status 2 and one line: the project's message, nothing of Dagster's."""
+    assert p.returncode == 2, p.stdout[-3000:] + p.stderr[-3000:]
+    lines = p.stderr.strip().splitlines()
+    assert lines[0].startswith(f"python -m matos_dagster {command}: "), p.stderr[-3000:]
+    assert "Traceback" not in p.stderr and "Dagster" not in p.stderr and p.stdout == "", p.stderr[-3000:]
+    return p.stderr.strip()
 
 
 def test_load_then_archive_everything_pending_then_monitor_from_the_cli(project, kafka):
@@ -41,31 +81,32 @@ def test_load_then_archive_everything_pending_then_monitor_from_the_cli(project,
     (tmp / "load.yaml").write_text(json.dumps({"ops": {"produce": {"config": {
         "topic": topic, "count": 1000, "value_bytes": 64, "create_partitions": 2,
         "headers": {"source": "cli-test"}}}}}))
-    dagster(env, tmp, "job", "execute", "-m", "matos_dagster.definitions", "-j", "load", "-c", "load.yaml")
+    load = run(env, tmp, DG, "launch", "-m", "matos_dagster.definitions", "--job", "load", "-c", "load.yaml")
+    assert "SupersessionWarning" not in load.stdout + load.stderr
     assert sum(h for _, h in kafka.watermarks(topic, [0, 1]).values()) == 1000
 
-    (tmp / "ranges.yaml").write_text(json.dumps({"ops": {"add_range_keys": {"config": {"topic": topic}}}}))
-    dagster(env, tmp, "job", "execute", "-m", "matos_dagster.definitions", "-j", "add_ranges", "-c", "ranges.yaml")
-    os.environ["DAGSTER_HOME"], saved = env["DAGSTER_HOME"], os.environ.get("DAGSTER_HOME")
-    try:
-        with DagsterInstance.get() as instance:
-            keys = instance.get_dynamic_partitions(f"{asset}_ranges")
-            # 1000 records over 2 partitions, ranges of at most 400 offsets.
-            assert len(keys) >= 4 and all(k.startswith(f"{topic}:p0000") for k in keys)
-            for key in sorted(keys):
-                dagster(env, tmp, "asset", "materialize", "-m", "matos_dagster.definitions",
-                        "--select", asset, "--partition", key)
-            dagster(env, tmp, "job", "execute", "-m", "matos_dagster.definitions", "-j", f"monitor_{asset}")
-            check = instance.event_log_storage.get_latest_asset_check_execution_by_key(
-                [AssetCheckKey(AssetKey(asset), "monitor")])[AssetCheckKey(AssetKey(asset), "monitor")]
-            evaluation = check.event.asset_check_evaluation
-            assert evaluation.passed and evaluation.metadata["status"].value == "OK"
-            assert evaluation.metadata["total_lag_records"].value == 0
-    finally:
-        if saved is None:
-            os.environ.pop("DAGSTER_HOME")
-        else:
-            os.environ["DAGSTER_HOME"] = saved
+    added = matos(env, tmp, "add-ranges", topic)
+    keys = keys_of(env, asset)
+    # 1000 records over 2 partitions, ranges of at most 400 offsets.
+    assert len(keys) >= 4 and all(k.startswith(f"{topic}:p0000") for k in keys)
+    assert [line.removeprefix("added ") for line in added.stdout.splitlines() if line.startswith("added ")] == keys
+    # The printed command runs as printed, from any folder, and archives the keys in offset order.
+    (printed,) = [line.strip() for line in added.stdout.splitlines() if " -m matos_dagster archive " in line]
+    assert printed == " ".join([sys.executable, "-m", "matos_dagster", "archive", *keys])
+    archived = run(env, "/", "bash", "-c", printed)
+    assert [line.removeprefix("archived ").split(":", 3)[:3] for line in archived.stdout.splitlines()
+            if line.startswith("archived ")] == [
+        k.split(":") for k in sorted(keys)]
+    # Dagster's own CLI archives a key too (here: verifies it, it is archived already).
+    run(env, tmp, DG, "launch", "-m", "matos_dagster.definitions", "--assets", asset, "--partition", keys[0])
+    monitor = run(env, tmp, DG, "launch", "-m", "matos_dagster.definitions", "--job", f"monitor_{asset}")
+    assert "SupersessionWarning" not in monitor.stdout + monitor.stderr
+    with instance_of(env) as instance:
+        check = instance.event_log_storage.get_latest_asset_check_execution_by_key(
+            [AssetCheckKey(AssetKey(asset), "monitor")])[AssetCheckKey(AssetKey(asset), "monitor")]
+        evaluation = check.event.asset_check_evaluation
+        assert evaluation.passed and evaluation.metadata["status"].value == "OK"
+        assert evaluation.metadata["total_lag_records"].value == 0
 
     swift = SwiftResource(auth_url=env["MATOS_SWIFT_AUTH_URL"], user="test:tester", key="testing",
                           container=env["MATOS_SWIFT_CONTAINER"])
@@ -79,11 +120,47 @@ def test_load_then_archive_everything_pending_then_monitor_from_the_cli(project,
             assert all(r["headers"] == [{"key": "source", "value": b"cli-test"}] for r in rows)
 
 
-def test_a_malformed_key_is_refused_by_the_cli_showing_the_form(project):
+def test_a_malformed_key_is_refused_by_the_cli_showing_the_form_alone(project):
     topic, env, tmp = project
-    p = dagster(env, tmp, "asset", "materialize", "-m", "matos_dagster.definitions",
-                "--select", "archive_" + topic.replace("-", "_"), "--partition", "not-a-key", ok=False)
-    assert p.returncode != 0 and "not-a-key" in p.stdout + p.stderr
+    message = refusal(matos(env, tmp, "archive", "not-a-key", ok=False), "archive")
+    assert message == (
+        "python -m matos_dagster archive: malformed archive partition key 'not-a-key': expected "
+        f"{KEY_FORM}, e.g. {KEY_EXAMPLE}")
+
+
+def test_a_key_not_added_yet_is_refused_with_the_command_that_adds_it(project, kafka, new_topic):
+    topic, env, tmp = project
+    kafka.create_topic(topic, 1)
+    produce(kafka, topic, [(b"k", b"v", [])] * 10)
+    key = OffsetRange(topic, 0, 0, 10).key
+    message = refusal(matos(env, tmp, "archive", key, ok=False), "archive")
+    assert message.splitlines()[0].endswith(f"{key} is not a range of archive_{topic.replace('-', '_')} yet; add it first with:")
+    printed = message.splitlines()[1].strip()
+    assert printed == f"{sys.executable} -m matos_dagster add-ranges {topic} --partition 0 --start 0 --end 10"
+    run(env, "/", "bash", "-c", printed)
+    assert f"archived {key}: 10 records" in matos(env, tmp, "archive", key).stdout
+
+
+def test_add_ranges_with_end_below_start_prints_the_message_alone_and_adds_nothing(project, kafka):
+    topic, env, tmp = project
+    kafka.create_topic(topic, 1)
+    produce(kafka, topic, [(b"k", b"v", [])] * 60)
+    message = refusal(matos(env, tmp, "add-ranges", topic, "--partition", "0", "--start", "50", "--end", "10",
+                            ok=False), "add-ranges")
+    assert message == (f"python -m matos_dagster add-ranges: an offset range needs start < end, "
+                       f"got [50, 10) of {topic}/0")
+    assert keys_of(env, "archive_" + topic.replace("-", "_")) == []
+
+
+def test_a_malformed_key_added_in_the_ui_is_removed_with_one_command(project):
+    topic, env, tmp = project
+    asset = "archive_" + topic.replace("-", "_")
+    with instance_of(env) as instance:
+        instance.add_dynamic_partitions(f"{asset}_ranges", ["oops typo"])  # what the UI's "Add partition" does
+    removed = matos(env, tmp, "remove-key", "oops typo")
+    assert removed.stdout.strip() == f"removed 'oops typo' from {asset} (what is archived in Swift stays as it is)"
+    assert keys_of(env, asset) == []
+    assert "nothing removed" in refusal(matos(env, tmp, "remove-key", "oops typo", ok=False), "remove-key")
 
 
 def test_the_definitions_load(project):
@@ -101,6 +178,13 @@ def test_the_headless_demo_loads_archives_and_says_where(project, kafka):
     assert len(archived) == 4, p.stdout
     assert all(f"/{env['MATOS_SWIFT_CONTAINER']}/kafka/topic=demo/partition=" in line for line in archived)
     assert p.stdout.count("monitor: OK") == 4
+    # A second `make run` loads no more demo records into the topic.
+    marks = kafka.watermarks("demo", list(range(4)))
+    again = subprocess.run([sys.executable, "-m", "matos_dagster.devstack", "demo-data"], env=env, cwd=tmp,
+                           capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "topic 'demo' has 20000 records already: no demo records loaded" in again.stdout
+    assert kafka.watermarks("demo", list(range(4))) == marks
     swift = SwiftResource(auth_url=env["MATOS_SWIFT_AUTH_URL"], user="test:tester", key="testing",
                           container=env["MATOS_SWIFT_CONTAINER"])
     with swift.store() as store:

@@ -66,8 +66,8 @@ def archive_asset(topic: TopicConfig) -> AssetsDefinition:
 def take_turn(instance: DagsterInstance, run_id: str, r: OffsetRange, say, poll_s: float = 1.0) -> float:
     """Wait until no other run is archiving in `r`'s topic partition (turns.py); the seconds waited.
 
-    The run that waited then finds its range archived and only verifies it (or archives it,
-    if the other run failed or archived another range).
+    The run that waited then archives its range: the same, byte-identical objects again if
+    the other run archived it, or its range if that run failed or archived another one.
     """
     where = f"{r.topic}/{r.partition}"
     mine = turns.Claim(time.time(), run_id)
