@@ -23,3 +23,17 @@ def test_a_run_never_waits_for_itself_or_for_an_unreadable_claim():
 def test_claims_round_trip_through_their_tag():
     c = Claim(1795469615.123456, "r")
     assert Claim.from_tag(c.tag, "r") == c
+
+
+def test_the_sensor_sees_partitions_that_other_runs_are_archiving():
+    from matos_dagster.ranges import OffsetRange
+    from matos_dagster.turns import busy_partitions
+
+    runs = [
+        ("cli", {"dagster/partition": OffsetRange("demo", 0, 0, 10).key}),
+        ("own", {"dagster/partition": OffsetRange("demo", 1, 0, 10).key, "dagster/sensor_name": "lag_archive_demo"}),
+        ("other-topic", {"dagster/partition": OffsetRange("demo2", 2, 0, 10).key}),
+        ("ui-typo", {"dagster/partition": "demo:p3 oops"}),
+        ("monitor", {}),
+    ]
+    assert busy_partitions(runs, "demo", "lag_archive_demo") == {0: "run cli is archiving demo/0[0, 10); waiting for it"}
