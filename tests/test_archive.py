@@ -319,6 +319,7 @@ def test_an_archive_run_lists_as_much_with_200_ranges_archived_below_it_as_with_
             assert done.committed_after == n + 10
     # The overlap check, the stray check and the commit read from the committed offset on only:
     # the same requests and the same names, whatever lies below (a full listing returned every name).
+    print(f"archive run (listing requests, names listed) by ranges below: {per_run}")
     assert per_run[20] == per_run[200], per_run
 
 

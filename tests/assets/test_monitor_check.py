@@ -131,4 +131,5 @@ def test_an_evaluation_lists_as_much_with_200_ranges_below_what_it_knows_as_with
         assert e.metadata["swift_listing_requests"].value == per_evaluation[n][0]
         row = table(e)[0]
         assert (row["committed"], row["archived_hwm"], row["ranges"], row["gaps"]) == (n + 10, n + 10, n + 1, "")
+    print(f"monitor evaluation (listing requests, names listed) by ranges below: {per_evaluation}")
     assert per_evaluation[20] == per_evaluation[200], per_evaluation
