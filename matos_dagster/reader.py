@@ -10,7 +10,14 @@ timestamps in milliseconds (None: open; a record without a timestamp never falls
 window). Only what can hold selected records is fetched: range folders are chosen by the
 offsets in their names, manifests by their offsets and min/max timestamps, objects by
 theirs; rows are then filtered exactly. A range without a manifest is not archived and is
-never read, whatever objects its folder holds.
+never read, whatever objects its folder holds; an acknowledged loss holds no records and is
+skipped with a note (an `AcknowledgedLoss` warning, or `say`).
+
+Planning is bounded (archived.py): an offset window lists entries from its start to its end,
+and a time window finds its first range by a binary search over offsets (O(log offsets)
+listings and manifests), whatever the history below. That search is exact when timestamps
+do not decrease with offsets, as Kafka's `offsetsForTimes` assumes; for producers that
+stamp records out of order, `scan_all=True` reads every manifest of the offset window.
 
 `prefix` is everything in front of `topic=<topic>/`: MATOS_SWIFT_PREFIX, joined with the
 topic's own `prefix` from the topics file if it has one (e.g. "kafka").
@@ -20,19 +27,22 @@ No Dagster imports.
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-from typing import Any, Iterable, Iterator
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from matos_dagster import layout, records
-from matos_dagster.ranges import OffsetRange
+from matos_dagster import records
+from matos_dagster.archived import LOSS, RANGE, Entry, PartitionArchive, archived_partitions
+from matos_dagster.ranges import OFFSET_WIDTH
 from matos_dagster.spark_tasks import item_frame
 from matos_dagster.store import Store, SwiftParams
 
-_PARTITION_DIR = re.compile(r"partition=(\d+)/?$")
+
+class AcknowledgedLoss(UserWarning):
+    """A read met offsets recorded as lost: they hold no records (warned unless `say` is given)."""
 
 
 @dataclass(frozen=True)
@@ -62,26 +72,6 @@ class Window:
         return (lo if self.start is None else max(lo, self.start), hi if self.end is None else min(hi, self.end))
 
 
-def archived_partitions(store: Store, prefix: str, topic: str) -> list[int]:
-    """The partitions with a folder in the archive (listing folders only, not objects)."""
-    out = []
-    for item in store.list(layout.topic_dir(prefix, topic) + "/", delimiter="/"):
-        m = _PARTITION_DIR.search(item.get("subdir", ""))
-        if m:
-            out.append(int(m[1]))
-    return sorted(out)
-
-
-def range_dirs(store: Store, prefix: str, topic: str, partition: int) -> list[tuple[int, int]]:
-    """`(start, end)` of every range folder of a partition, sorted; archived or not."""
-    out = []
-    for item in store.list(layout.partition_dir(prefix, topic, partition) + "/", delimiter="/"):
-        span = layout.parse_range_dir(item.get("subdir", ""))
-        if span:
-            out.append(span)
-    return sorted(out)
-
-
 def windows_for(
     store: Store,
     prefix: str,
@@ -97,27 +87,109 @@ def windows_for(
     return [Window(p, start, end, since_ms, until_ms) for p in chosen]
 
 
-def find_manifests(store: Store, prefix: str, topic: str, windows: Iterable[Window]) -> list[dict]:
-    """The manifests that may hold records of the windows, sorted by partition and start.
+@dataclass
+class Selection:
+    """What a read takes from the archive: manifests to read, and what it passed over."""
 
-    A range folder is skipped by its name when its offsets miss every window of its
-    partition, so only the manifests of overlapping ranges are fetched; the time windows are
-    then checked against each manifest's min/max timestamps.
+    manifests: list[dict] = field(default_factory=list)  # sorted by partition and start
+    notes: list[str] = field(default_factory=list)  # acknowledged losses met in the windows
+
+
+def find_manifests(store: Store, prefix: str, topic: str, windows: Iterable[Window], scan_all: bool = False) -> Selection:
+    """The manifests that may hold records of the windows, found with bounded listings.
+
+    An offset window lists the entries from its start and stops at its end. A time window
+    finds its first range by a binary search over offsets, reading the min/max timestamps
+    of O(log offsets) manifests, then reads manifests forward until one starts at or after
+    its end. That is exact when timestamps do not decrease with offsets (as Kafka's own
+    `offsetsForTimes` assumes); `scan_all` reads every manifest of the offset window
+    instead, for topics whose producers set timestamps out of order. Acknowledged losses
+    in a window hold no records: they are skipped, with a note.
     """
     by_partition: dict[int, list[Window]] = {}
     for w in windows:
         by_partition.setdefault(w.partition, []).append(w)
-    found = []
+    out = Selection()
     for p, ws in sorted(by_partition.items()):
-        for lo, hi in range_dirs(store, prefix, topic, p):
-            if not any(w.overlaps_offsets(lo, hi) for w in ws):
-                continue
-            doc = store.get_json(layout.manifest_name(prefix, OffsetRange(topic, p, lo, hi)))
-            if doc is None:  # objects without a manifest: not archived (yet), never read
-                continue
-            if any(w.overlaps_offsets(lo, hi) and w.overlaps_times(doc["min_timestamp"], doc["max_timestamp"]) for w in ws):
-                found.append(doc)
-    return found
+        archive = PartitionArchive(store, prefix, topic, p)
+        docs: dict[int, dict] = {}
+        for w in ws:
+            for doc in _window_manifests(archive, w, scan_all, out.notes):
+                docs.setdefault(doc["start"], doc)
+        out.manifests += [d for _, d in sorted(docs.items())]
+    return out
+
+
+def _window_manifests(archive: PartitionArchive, w: Window, scan_all: bool, notes: list[str]) -> Iterator[dict]:
+    timed = w.since_ms is not None or w.until_ms is not None
+    begin = w.start or 0
+    if timed and not scan_all and w.since_ms is not None:
+        first = _first_stamped_at_or_after(archive, w.since_ms, begin)
+        if first is None:
+            return
+        begin = max(begin, first.start)
+    entries = archive.all() if begin == 0 and w.start is None else archive.entries_from(begin)
+    for e in entries:
+        if w.end is not None and e.start >= w.end:
+            return
+        if e.kind == LOSS:
+            notes.append(f"{archive.topic}/{archive.partition}[{e.start}, {e.end}): an acknowledged loss "
+                         f"({e.end - e.start} offsets deleted from Kafka before they were archived): no records "
+                         "to read there, skipped")
+            continue
+        doc = archive.read(e)
+        if doc is None:  # removed since it was listed
+            continue
+        lo_ts, hi_ts = doc.get("min_timestamp"), doc.get("max_timestamp")
+        if w.overlaps_offsets(e.start, e.end) and w.overlaps_times(lo_ts, hi_ts):
+            yield doc
+        elif timed and not scan_all and w.until_ms is not None and lo_ts is not None and lo_ts >= w.until_ms:
+            return  # timestamps do not decrease with offsets: every later range is later still
+
+
+def _first_stamped_at_or_after(archive: PartitionArchive, since_ms: int, lo: int) -> Entry | None:
+    """The first range from offset `lo` whose records may be stamped at or after `since_ms`.
+
+    A binary search over offsets: `entry_at_or_after(x)` is one small listing, and whether
+    its range's newest record is stamped before `since_ms` only changes once along the
+    offsets when timestamps do not decrease with them.
+    """
+    cache: dict[int, tuple[Entry | None, dict | None]] = {}
+
+    def probe(x: int) -> Entry | None:
+        """The first range at or after `x` with timestamps, or None; and whether it qualifies."""
+        e = archive.entry_at_or_after(x)
+        while e is not None:
+            if e.start not in cache:
+                cache[e.start] = (e, archive.read(e) if e.kind == RANGE else None)
+            doc = cache[e.start][1]
+            if doc is not None and doc.get("max_timestamp") is not None:
+                return e
+            e = archive.entry_at_or_after(e.end)  # a loss, or a range of unstamped records: the next
+        return None
+
+    def qualifies(x: int) -> bool:
+        e = probe(x)
+        return e is None or cache[e.start][1]["max_timestamp"] >= since_ms
+
+    below = archive.last_before(lo)  # a range covering `lo` part-way comes first
+    if below is not None and below.end > lo:
+        lo = below.start
+    if qualifies(lo):
+        return probe(lo)
+    last = archive.last_before(_AFTER_ALL)
+    hi = lo + 1 if last is None else max(lo + 1, last.end)
+    # qualifies(lo) is False, qualifies(hi) is True (no range at or after the last one's end)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if qualifies(mid):
+            hi = mid
+        else:
+            lo = mid
+    return probe(hi)
+
+
+_AFTER_ALL = 10**OFFSET_WIDTH - 1  # sorts after every range folder
 
 
 def needed_objects(doc: dict, window: Window, lo: int | None = None, hi: int | None = None) -> list[dict]:
@@ -159,7 +231,8 @@ def read_object(store: Store, name: str, fmt: str) -> pa.Table:
     data = store.get(name)
     if data is None:
         raise FileNotFoundError(
-            f"object {name} is listed in a manifest but missing from Swift container {store.container!r}"
+            f"object {name} is listed in a manifest but missing from Swift container {store.container!r}: the "
+            "archive is damaged there (`python -m matos_dagster.verify --all` lists every such object)"
         )
     return records.decode(data, fmt)
 
@@ -173,17 +246,21 @@ def read_table(
     end: int | None = None,
     since_ms: int | None = None,
     until_ms: int | None = None,
+    scan_all: bool = False,
+    say: Callable[[str], None] | None = None,
 ) -> pa.Table:
     """The selected archived records as one Arrow table (`records.SCHEMA`), sorted by partition, offset.
 
-    Reads on this process: for what fits in memory. For more, use `read_dataframe`.
+    Reads on this process: for what fits in memory. For more, use `read_dataframe`. `scan_all`
+    and `say` (where notes on acknowledged losses go; default: an `AcknowledgedLoss` warning):
+    see `find_manifests`.
     """
     store, own = _store(store_or_params)
     try:
         windows = windows_for(store, prefix, topic, partitions, start, end, since_ms, until_ms)
         by_partition = {w.partition: w for w in windows}
         tables = []
-        for doc in find_manifests(store, prefix, topic, windows):
+        for doc in _selected(store, prefix, topic, windows, scan_all, say):
             w = by_partition[doc["partition"]]
             for o in needed_objects(doc, w):
                 tables.append(filter_rows(read_object(store, o["name"], doc["format"]), w))
@@ -226,6 +303,8 @@ def read_dataframe(
     end: int | None = None,
     since_ms: int | None = None,
     until_ms: int | None = None,
+    scan_all: bool = False,
+    say: Callable[[str], None] | None = None,
 ) -> Any:
     """The selected archived records as a Spark DataFrame read by executors, one task an object.
 
@@ -241,7 +320,7 @@ def read_dataframe(
         by_partition = {w.partition: w for w in windows}
         tasks = [
             ObjectTask(o["name"], doc["format"], by_partition[doc["partition"]], params)
-            for doc in find_manifests(store, prefix, topic, windows)
+            for doc in _selected(store, prefix, topic, windows, scan_all, say)
             for o in needed_objects(doc, by_partition[doc["partition"]])
         ]
     if not tasks:
@@ -254,6 +333,17 @@ def _object_batches(task: ObjectTask) -> Iterator[pa.RecordBatch]:
     with Store(task.swift) as store:
         table = filter_rows(read_object(store, task.name, task.format), task.window)
     yield from table.cast(SPARK_SCHEMA).to_batches()
+
+
+def _selected(store: Store, prefix: str, topic: str, windows: list[Window], scan_all: bool,
+              say: Callable[[str], None] | None) -> list[dict]:
+    found = find_manifests(store, prefix, topic, windows, scan_all)
+    for note in found.notes:
+        if say is None:
+            warnings.warn(note, AcknowledgedLoss, stacklevel=3)
+        else:
+            say(note)
+    return found.manifests
 
 
 def _store(store_or_params: Store | SwiftParams) -> tuple[Store, bool]:

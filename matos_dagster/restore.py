@@ -55,7 +55,7 @@ import pyarrow.compute as pc
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from matos_dagster import reader
+from matos_dagster import reader, spans
 from matos_dagster.ranges import OffsetRange, parse_key
 from matos_dagster.reader import Window
 from matos_dagster.spark_tasks import run_tasks
@@ -93,6 +93,7 @@ class Request:
     target: str = ""  # empty: the source topic
     keep_partition: bool = True  # else the target's partitioner, by key (murmur2, as Java's)
     dry_run: bool = False
+    scan_all: bool = False  # a time window: read every manifest (timestamps out of order), see reader.py
     group: str = ""  # the marker's consumer group; empty: matos-restore-<target>
     # The largest record the archive may hold (the topic's max_record_bytes): the producer's
     # limit when a manifest is too old to give its largest record.
@@ -117,15 +118,15 @@ class Request:
             return reader.windows_for(
                 store, self.prefix, self.topic, self.partitions, self.start, self.end, self.since_ms, self.until_ms
             )
-        spans: dict[int, list[tuple[int, int]]] = {}
+        keyed: dict[int, list[tuple[int, int]]] = {}
         for key in self.keys:
             r = parse_key(key)
             if r.topic != self.topic:
                 raise RestoreRefused(f"key {key} is of topic {r.topic!r}, not of {self.topic!r}")
-            spans.setdefault(r.partition, []).append((r.start, r.end))
+            keyed.setdefault(r.partition, []).append((r.start, r.end))
         out = []
-        for p, ss in sorted(spans.items()):
-            for lo, hi in _merge(ss):  # overlapping keys must not restore an offset twice
+        for p, ss in sorted(keyed.items()):
+            for lo, hi in spans.merge(ss):  # overlapping keys must not restore an offset twice
                 out.append(Window(p, lo, hi, self.since_ms, self.until_ms))
         return out
 
@@ -198,14 +199,23 @@ class Report:
         return out
 
 
-def plan(req: Request, store: Store, kafka_conf: dict[str, Any], timeout_s: float, fault: Fault | None = None) -> list[Unit]:
-    """The units of the restore, sorted by source partition and offset. Reads manifests only."""
+def plan(req: Request, store: Store, kafka_conf: dict[str, Any], timeout_s: float, fault: Fault | None = None,
+         say: Callable[[str], None] = log.info) -> list[Unit]:
+    """The units of the restore, sorted by source partition and offset.
+
+    Reads listings and manifests only, bounded as the reader's are (reader.find_manifests):
+    an offset window lists from its start, a time window searches for its first range.
+    Acknowledged losses in the selection hold no records: skipped, with a note to `say`.
+    """
     windows = req.windows(store)
     by_partition: dict[int, list[Window]] = {}
     for w in windows:
         by_partition.setdefault(w.partition, []).append(w)
     units = []
-    for doc in reader.find_manifests(store, req.prefix, req.topic, windows):
+    found = reader.find_manifests(store, req.prefix, req.topic, windows, req.scan_all)
+    for note in found.notes:
+        say(note)
+    for doc in found.manifests:
         r = OffsetRange(req.topic, doc["partition"], doc["start"], doc["end"])
         for w in by_partition[r.partition]:
             if not w.overlaps_offsets(r.start, r.end):
@@ -258,7 +268,7 @@ def restore(
     t0 = time.monotonic()
     conf = kafka.client_config()
     report = Report(req.topic, req.target_topic, req.marker_group, req.dry_run)
-    units = plan(req, store, conf, kafka.timeout_s, fault)
+    units = plan(req, store, conf, kafka.timeout_s, fault, say)
     mode = "dry run: " if req.dry_run else ""
     if not units:
         say(f"{mode}no archived record of {req.topic} matches the selection (under {req.prefix!r}/topic={req.topic}/)")
@@ -698,16 +708,6 @@ def _committed(consumer: Consumer, topic: str, partitions: list[int], timeout_s:
         if tp.error is not None:
             raise KafkaException(tp.error)
         out[tp.partition] = None if tp.offset == OFFSET_INVALID or tp.offset < 0 else tp.offset
-    return out
-
-
-def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    out: list[tuple[int, int]] = []
-    for lo, hi in sorted(spans):
-        if out and lo <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], hi))
-        else:
-            out.append((lo, hi))
     return out
 
 
