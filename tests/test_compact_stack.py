@@ -262,7 +262,7 @@ def test_a_compaction_killed_at_any_step_is_finished_by_the_next_run(kafka, swif
         if fault == "compact-mid-cleanup":
             # The switch happened in an earlier run; the killed one is past the grace period.
             compact_partition(cfg, 0, committed, store, prefix(store, cfg), spark)
-            now += 601
+            now = time.time() + 601
         killed = run_compaction_process(swift, cfg, committed, fault, now)
         assert killed.returncode == -9, (killed.returncode, killed.stderr)  # the fault point was reached
 
@@ -278,11 +278,11 @@ def test_a_compaction_killed_at_any_step_is_finished_by_the_next_run(kafka, swif
             assert any(s not in mid for s in folders(store, cfg))
 
         # The next run finishes it (past the grace period of what the killed run switched)...
-        compact_partition(cfg, 0, committed, store, prefix(store, cfg), spark, now=now + 601)
+        compact_partition(cfg, 0, committed, store, prefix(store, cfg), spark, now=time.time() + 601)
         final = assert_exactly_once(kafka, store, cfg, 60)
         assert len(final) < len(before)
         # ...and one past the grace period of what that run switched cleans up the rest.
-        compact_partition(cfg, 0, committed, store, prefix(store, cfg), spark, now=now + 1202)
+        compact_partition(cfg, 0, committed, store, prefix(store, cfg), spark, now=time.time() + 601)
         assert assert_exactly_once(kafka, store, cfg, 60) == final
         assert folders(store, cfg) == final  # nothing replaced or half-deleted is left
 
@@ -318,8 +318,8 @@ def test_a_restore_stopped_half_way_resumes_exactly_once_inside_a_compacted_obje
     from matos_dagster.restore import Fault, Request, restore
 
     topic = new_topic()
-    # Small objects (about 6 records), so the restore's marker falls inside a range.
-    cfg = config(topic, object_bytes=1024, max_record_bytes=1024)
+    # Small objects (about 4 records), so the restore's marker falls inside a range.
+    cfg = config(topic, object_bytes=512, max_record_bytes=512)
     load(kafka, topic, 90)
     target = new_topic()
     group = f"matos-restore-{target}"
