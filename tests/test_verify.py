@@ -24,7 +24,7 @@ from matos_dagster.ranges import OffsetRange
 from matos_dagster.settings import PROJECT_ROOT
 from matos_dagster.topics import TopicConfig
 from matos_dagster.verify import (
-    DIFFERS, EVERYTHING, FROM_MARK, GAP, LOSS, MANIFEST, MD5, MISSING, OFFSETS, OVERLAP, SIZE, UNCOMPARED,
+    ACKNOWLEDGED, DIFFERS, EVERYTHING, FROM_MARK, GAP, LOSS, MANIFEST, MD5, MISSING, OFFSETS, OVERLAP, SIZE, UNCOMPARED,
     UNCOVERED, Problem, Report, check_coverage, differences, manifest_issues, mark_name, object_issues,
     sample_positions, sound_end, verify_topic,
 )
@@ -110,8 +110,9 @@ def test_coverage_messages_name_the_partition_offsets_and_group():
     assert "offsets [10, 25) are committed (group g1 at 25) but in no manifest: the archive ends at 10" in unc.message
     (), (lost,) = check_coverage("orders", "g1", 3, [(0, 20)], 60, 100, 20)
     assert lost.message == ("orders/3: offsets [20, 60) were deleted from Kafka (log start offset now 60) before "
-                            "they were archived: up to 40 records lost; record the loss in the archive with the "
-                            "`acknowledge_loss` job to go on")
+                            "they were archived: up to 40 records lost; to go on, record the loss in the archive "
+                            "with the `acknowledge_loss` job: python -m matos_dagster acknowledge-loss orders "
+                            '--partition 3 --reason "<why>"')
 
 
 def _doc(**kw):
@@ -533,3 +534,36 @@ def test_the_default_audit_lists_as_much_with_1_or_200_ranges_below_the_mark(kaf
             assert report.ok and report.totals()["manifests"] == 1, report.render()
             assert report.partitions[0].mark == 210
     assert listings[1] == listings[200], listings
+
+
+def test_an_acknowledged_loss_is_reported_apart_and_leaves_the_audit_ok(archive):
+    from matos_dagster.loss import acknowledge
+
+    delete_records(archive.kafka, archive.name, 0, 40)  # [30, 40) deleted before it was archived
+    before = archive.verify()
+    assert not before.ok and _kinds(before.loss) == [(LOSS, 30, 40)] and not before.acknowledged, before.render()
+    assert "acknowledge-loss" in before.loss[0].message
+
+    acknowledge(archive.kafka, archive.store, archive.prefix, archive.cfg, 0, "retention outran an outage")
+    after = archive.verify(since=FROM_MARK)
+    assert after.ok and not after.problems and not after.loss, after.render()
+    (ack,) = after.acknowledged
+    assert (ack.kind, ack.partition, ack.start, ack.end) == (ACKNOWLEDGED, 0, 30, 40)
+    assert "retention outran an outage" in ack.message and after.acknowledged_offsets == 10
+    assert "acknowledged loss (10 offsets, recorded in the archive)" in after.render()
+    assert after.partitions[0].mark == 40  # the audited run goes on past the loss
+
+
+def test_the_cli_imports_no_definitions_and_reads_every_setting_of_its_resources(tmp_path):
+    # definitions -> jobs/verify -> verify must not lead back to definitions (issue 13.1).
+    code = ("import sys; from matos_dagster.verify.__main__ import main; code = main(['--topic', 'nope']); "
+            "print(code, 'matos_dagster.definitions' in sys.modules)")
+    env = {**os.environ, "MATOS_TOPICS_FILE": str(PROJECT_ROOT / "topics.yaml")}
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert p.stdout.split() == ["2", "False"], p.stdout + p.stderr
+    from matos_dagster.resources import KafkaResource, SwiftResource
+    from matos_dagster.settings import SETTINGS
+
+    names = {s.name for s in SETTINGS}
+    for cls, prefix in ((KafkaResource, "MATOS_KAFKA_"), (SwiftResource, "MATOS_SWIFT_")):
+        assert {f"{prefix}{f.upper()}" for f in cls.model_fields} <= names, cls

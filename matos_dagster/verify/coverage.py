@@ -18,9 +18,14 @@ DIFFERS, BEYOND_END, UNCOMPARED, LOSS = "differs", "beyond-end", "uncompared", "
 ACKNOWLEDGED = "acknowledged-loss"
 KINDS = (GAP, UNCOVERED, OVERLAP, BEYOND_END, MANIFEST, MISSING, SIZE, MD5, DECODE, RECORDS, OFFSETS, DIFFERS,
          UNCOMPARED)
-# The command that records a loss in the archive (matos_dagster/jobs/loss.py): named in every
-# loss message, since it is the one way on after records were deleted before being archived.
+# The job that records a loss in the archive (loss.py): named in every loss message, since it
+# is the one way on after records were deleted before being archived.
 ACKNOWLEDGE = "the `acknowledge_loss` job"
+
+
+def acknowledge_command(topic: str, partition: int) -> str:
+    """The operator's command line for the `acknowledge_loss` job (matos_dagster/__main__.py)."""
+    return f'python -m matos_dagster acknowledge-loss {topic} --partition {partition} --reason "<why>"'
 
 _FIELDS = ("topic", "partition", "offset", "timestamp", "timestamp_type", "key", "value", "headers")
 
@@ -189,8 +194,8 @@ def check_coverage(
             loss.append(Problem(
                 LOSS, partition,
                 f"{where}: offsets [{a}, {gone}) were deleted from Kafka (log start offset now {low}) before "
-                f"they were archived: up to {gone - a} records lost; record the loss in the archive with "
-                f"{ACKNOWLEDGE} to go on", a, gone))
+                f"they were archived: up to {gone - a} records lost; to go on, record the loss in the archive "
+                f"with {ACKNOWLEDGE}: {acknowledge_command(topic, partition)}", a, gone))
             a = gone
             if a >= b:
                 continue
