@@ -7,13 +7,18 @@ and event log show).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import io
 import json
 import ssl
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 import requests
+from keystoneauth1 import exceptions as ks_exceptions
+from keystoneauth1 import session as ks_session
+from keystoneauth1.identity import v3 as ks_v3
 from swiftclient import Connection
 from swiftclient.exceptions import ClientException
 
@@ -46,6 +51,9 @@ class SwiftParams:
     app_credential_id: str = ""
     app_credential_secret: str = field(default="", repr=False)
     interface: str = "public"  # which object-store endpoint of the catalog: public, internal, admin
+    # v3: (storage URL, token) the driver already holds, so that a Spark task does not ask
+    # Keystone for a token of its own (seconds each); on a 401 it authenticates itself.
+    preauth: tuple[str, str] | None = field(default=None, repr=False, compare=False)
 
     def connect(self) -> Connection:
         if self.auth_version == "3":
@@ -53,9 +61,12 @@ class SwiftParams:
             # passes neither the CA file nor a way to re-authenticate to application credentials.
             # The session verifies Keystone with our CA, and swiftclient invalidates it on a
             # 401 (a token that expired mid-run) to get a new token once.
+            url, token = self.preauth or (None, None)
             return _KeystoneConnection(
                 self,
                 session=keystone_session(self),
+                preauthurl=url,
+                preauthtoken=token,
                 os_options={"service_type": "object-store", "endpoint_type": self.interface,
                             "region_name": self.region or None},
                 retries=self.retries,
@@ -77,11 +88,8 @@ class SwiftParams:
 
 def keystone_session(p: SwiftParams, scoped: bool = True):
     """A keystoneauth session for the v3 credentials of `p` (unscoped: the user alone, no project)."""
-    from keystoneauth1 import session
-    from keystoneauth1.identity import v3
-
     if p.app_credential_id:
-        auth = v3.ApplicationCredential(auth_url=p.auth_url, application_credential_id=p.app_credential_id,
+        auth = ks_v3.ApplicationCredential(auth_url=p.auth_url, application_credential_id=p.app_credential_id,
                                         application_credential_secret=p.app_credential_secret)
     else:
         user = {"user_id": p.user_id} if p.user_id else {"username": p.user, "user_domain_name": p.domain}
@@ -89,9 +97,17 @@ def keystone_session(p: SwiftParams, scoped: bool = True):
         if scoped:
             project = ({"project_id": p.project_id} if p.project_id else
                        {"project_name": p.project_name, "project_domain_name": p.project_domain or p.domain})
-        auth = v3.Password(auth_url=p.auth_url, password=p.key, **user, **project)
+        auth = ks_v3.Password(auth_url=p.auth_url, password=p.key, **user, **project)
     verify: bool | str = (p.ca_file or True) if p.verify_tls else False
-    return session.Session(auth=auth, verify=verify, timeout=p.timeout_s)
+    return _RenewingSession(auth=auth, verify=verify, timeout=p.timeout_s)
+
+
+class _RenewingSession(ks_session.Session):
+    def invalidate(self, auth=None):
+        # swiftclient re-authenticates after a 401 only if this returns True, which
+        # keystoneauth does only for a token it fetched itself: not for a preauth token.
+        super().invalidate(auth)
+        return True
 
 
 class _KeystoneConnection(Connection):
@@ -102,8 +118,7 @@ class _KeystoneConnection(Connection):
         self._params = params
 
     def get_auth(self):
-        from keystoneauth1 import exceptions as ks
-
+        ks = ks_exceptions
         p = self._params
         try:
             url, token = super().get_auth()
@@ -160,13 +175,20 @@ class Store:
     """One container, seen through one connection (not thread-safe: one per task)."""
 
     def __init__(self, params: SwiftParams):
-        self.params = params
+        self._params = params
         self.container = params.container
         self._conn = params.connect()
         self.listings = 0  # listing requests made: recurring work must keep this bounded
 
     def close(self) -> None:
         self._conn.close()
+
+    @property
+    def params(self) -> SwiftParams:
+        """What a Spark task needs to open its own connection; with Keystone, our current token too."""
+        if self._params.auth_version == "3" and self._conn.url and self._conn.token:
+            return dataclasses.replace(self._params, preauth=(self._conn.url, self._conn.token))
+        return self._params
 
     @property
     def url(self) -> str:
@@ -201,8 +223,11 @@ class Store:
         """Upload `data`; Swift checks it against our md5 and refuses a corrupt upload."""
         md5 = hashlib.md5(data).hexdigest()
         try:
+            # A file object, not bytes: swiftclient can rewind it to send the upload again after
+            # a 401 (an expired token) or a 5xx; given bytes it gives up on the first retry.
             etag = self._conn.put_object(
-                self.container, name, contents=data, etag=md5, content_type=content_type
+                self.container, name, contents=io.BytesIO(data), content_length=len(data), etag=md5,
+                content_type=content_type,
             )
         except ClientException as e:
             raise self._explain(e, f"write object {name}") from None

@@ -139,17 +139,23 @@ def test_a_token_that_expires_in_the_middle_of_a_run_is_renewed(ks, kafka, new_t
     produce(kafka, topic, rows(30))
     cfg = TopicConfig(topic, group=f"g-{uuid.uuid4().hex[:8]}", slice_records=10)
     swift = ks.resource("user_id")
-    with swift.store() as store:  # authenticated: the run's connection holds a token
-        first = store._conn.token
+    # Two connections of the run, each holding a token: one archives, one only uploads.
+    with swift.store() as store, ks.resource("user_id", container=swift.container).store() as uploader:
+        tokens = [store._conn.token, uploader._conn.token]
         first_half = archive_range(OffsetRange(topic, 0, 0, 10), cfg, kafka, store, spark)
-        # Wait until Swift itself refuses that token (Keystone's expiry, through authtoken's cache).
+        # Wait until Swift itself refuses both tokens (Keystone's expiry, through authtoken's cache).
         deadline = time.monotonic() + 4 * TOKEN_LIFE_S
-        while requests.head(store.url, headers={"X-Auth-Token": first}, timeout=30).status_code != 401:
-            assert time.monotonic() < deadline, "the token never expired"
-            time.sleep(2)
-        # The same run goes on with the same connection: one 401, a new token, no failure.
+        for token in tokens:
+            while requests.head(store.url, headers={"X-Auth-Token": token}, timeout=30).status_code != 401:
+                assert time.monotonic() < deadline, "the token never expired"
+                time.sleep(2)
+        # An upload as the first request after expiry: refused (401), sent again with a new token.
+        data = os.urandom(100_000)
+        uploader.put("after-expiry", data)
+        assert uploader._conn.token != tokens[1] and uploader.get("after-expiry") == data
+        # The run goes on with its connection: a new token, no failure, nothing twice.
         second_half = archive_range(OffsetRange(topic, 0, 10, 30), cfg, kafka, store, spark)
-        assert store._conn.token != first
+        assert store._conn.token != tokens[0]
         assert [m["start"] for m in (first_half.manifest, second_half.manifest)] == [0, 10]
         assert check_archive(kafka, store, topic, cfg.group) == {0: 30}
         assert read_archive(store, first_half.manifest) + read_archive(store, second_half.manifest) == \
@@ -212,7 +218,6 @@ def dagster(env, cwd, *args) -> subprocess.CompletedProcess:
     return p
 
 
-@pytest.mark.slow  # two dagster CLI runs, one of them with a Spark driver
 def test_a_cli_archive_through_keystone_leaves_no_password_secret_or_token_anywhere(ks, kafka_server, kafka,
                                                                                    new_topic, tmp_path):
     topic = new_topic()
@@ -302,3 +307,16 @@ def test_keystone_keeps_its_users_and_catalog_across_a_restart(ks):
         {k: before[k] for k in ("project_id", "user_ids", "app_credential_id")}
     with ks.resource("app_credential").store() as store:  # the credential made before the restart
         assert store.url == ks.keystone.storage_url("public")
+
+
+# --------------------------------------------------------------------------- uploads after a 401
+
+
+def test_an_upload_refused_for_a_stale_token_is_sent_again_after_authenticating(swift):
+    """Any auth: swiftclient re-sends a refused upload only if it can rewind it (bytes it cannot)."""
+    with swift.store() as store:
+        stale = store._conn.token = "AUTH_tk" + uuid.uuid4().hex  # what an expired token looks like to Swift
+        data = os.urandom(200_000)
+        store.put("after-a-401", data)
+        assert store._conn.token != stale  # it was refused, and the upload sent again with a new one
+        assert store.get("after-a-401") == data

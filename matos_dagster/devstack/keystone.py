@@ -233,7 +233,8 @@ class KeystoneServer:
         try:
             if self.pid() is None:
                 if process.port_open(self.port):
-                    raise KeystoneError(f"cannot start keystone: 127.0.0.1:{self.port} is taken by another process")
+                    raise KeystoneError(f"cannot start keystone: 127.0.0.1:{self.port} is taken by another process "
+                                       "(the local stack's port is MATOS_DEVSTACK_KEYSTONE_PORT)")
                 argv = [str(self.venv / "bin" / "gunicorn"), "--bind", f"{HOST}:{self.port}",
                         "--workers", "1", "--threads", "4", "--timeout", "120",
                         "--pythonpath", str(self.pylib), "--error-logfile", "-",
