@@ -72,3 +72,33 @@ def test_lookups_from_an_offset_list_as_much_at_any_history(swift):
             counts[n] = store.listings - before
             assert found == [Entry(end, end + 10, RANGE), Entry(end - 10, end, RANGE)]
     assert counts[1] == counts[150], counts
+
+
+def test_a_compacted_folder_supersedes_the_folders_it_contains_in_every_lookup(swift):
+    """Compaction's switch (compact.py): `[0, 30)` replaces `[0, 10)`, `[10, 20)`, `[20, 30)`,
+    which stay in Swift until the grace period has passed."""
+    with swift.store() as store:
+        store.check()
+        for a, b in ((0, 10), (10, 20), (20, 30), (0, 30), (30, 40)):
+            _folder(store, OffsetRange(TOPIC, 0, a, b), "part-x.parquet", layout.MANIFEST)
+        _folder(store, OffsetRange(TOPIC, 0, 12, 18), "part-y.parquet")  # half-deleted: objects only
+        archive = PartitionArchive(store, "kafka", TOPIC, 0)
+        assert list(archive.all()) == [Entry(0, 30, RANGE), Entry(30, 40, RANGE)]
+        assert list(archive.entries_from(0)) == [Entry(0, 30, RANGE), Entry(30, 40, RANGE)]
+        assert list(archive.entries_from(30)) == [Entry(30, 40, RANGE)]
+        # From inside, before clean-up: the replaced folder holding 25 (the same records, intact
+        # for the grace period), then what follows; never both it and [0, 30).
+        assert list(archive.entries_from(25)) == [Entry(20, 30, RANGE), Entry(30, 40, RANGE)]
+        assert archive.overlapping(0, 40) == [Entry(0, 30, RANGE), Entry(30, 40, RANGE)]
+        assert archive.entry_at_or_after(0) == Entry(0, 30, RANGE)
+        assert archive.last_before(10) == Entry(0, 30, RANGE)  # the longest of those starting at 0
+        folders = list(archive.folders_from(0))
+        assert [f.span for f in folders] == [(0, 10), (0, 30), (10, 20), (12, 18), (20, 30), (30, 40)]
+        assert [f.entry is None for f in folders] == [False, False, False, True, False, False]
+        assert all(f.entry is None or f.entry.modified for f in folders)  # Swift's Last-Modified
+        # The replaced folders going away, in any order, changes nothing a lookup returns.
+        for a, b in ((10, 20), (0, 10), (20, 30)):
+            store.delete(layout.manifest_name("kafka", OffsetRange(TOPIC, 0, a, b)))
+            assert list(archive.all()) == [Entry(0, 30, RANGE), Entry(30, 40, RANGE)]
+            covering = list(archive.entries_from(25))
+            assert covering[-1] == Entry(30, 40, RANGE) and covering[0].end == 30 and covering[0].start <= 25
