@@ -32,6 +32,7 @@ cursor costs a longer walk, never a different grouping. No Dagster imports.
 from __future__ import annotations
 
 import bisect
+import concurrent.futures
 import hashlib
 import logging
 import os
@@ -343,15 +344,17 @@ def compact_partition(
     pending_cleanup = None
     outer = list(effective(raw))
     starts = [e.start for e in outer]
+    doomed = []
     for f in folders:
         held = holder(f.span, outer, starts)
         if held is None:
             continue
         if _age(held, now) >= topic.compact_grace_s:
-            _delete_folder(store, archive, f, say)
-            res.folders_deleted += 1
+            doomed.append(f)
         elif pending_cleanup is None or held.start < pending_cleanup:
             pending_cleanup = held.start
+    _delete_folders(store.params, archive, doomed, say)
+    res.folders_deleted += len(doomed)
     # Objects in a compacted folder that its manifest does not list: an earlier attempt with
     # other settings (object_bytes) left them. Also only after the grace period, so a run
     # racing with other settings can never lose the objects of the manifest that won.
@@ -439,6 +442,24 @@ def _switch(g: Group, job: MergeJob, written: list[dict], docs, archive: Partiti
     return True
 
 
+DELETE_THREADS = 8  # a day of small ranges is thousands of folders; one DELETE at a time is minutes
+
+
+def _delete_folders(params: SwiftParams, archive: PartitionArchive, doomed: list[Folder], say) -> None:
+    if not doomed:
+        return
+
+    def chunk(part: list[Folder]) -> None:
+        with Store(params) as own:  # a Store is one connection: one per thread
+            for f in part:
+                _delete_folder(own, archive, f, say)
+
+    with concurrent.futures.ThreadPoolExecutor(DELETE_THREADS) as pool:
+        list(pool.map(chunk, [doomed[k::DELETE_THREADS] for k in range(DELETE_THREADS)]))
+    say(f"{archive.topic}/{archive.partition}: deleted {len(doomed)} folders held by compacted ranges "
+        "for longer than the grace period")
+
+
 def _delete_folder(store: Store, archive: PartitionArchive, f: Folder, say) -> None:
     """Markers first (the folder stops counting), then the objects. A crash between leaves a
     folder of objects without a marker, which counts as nothing and the next run empties."""
@@ -449,8 +470,6 @@ def _delete_folder(store: Store, archive: PartitionArchive, f: Folder, say) -> N
     for name in f.names:
         if name not in markers:
             store.delete(name)
-    say(f"{archive.range(Entry(f.start, f.end, RANGE))}: deleted, held by a compacted range "
-        "for longer than the grace period")
 
 
 def cursor_name(prefix: str, topic: str, partition: int) -> str:

@@ -22,7 +22,7 @@ import pytest
 from helpers import produce, read_kafka, table_rows
 from matos_dagster import layout, reader
 from matos_dagster.archive import archive_range
-from matos_dagster.archived import RANGE, PartitionArchive
+from matos_dagster.archived import PartitionArchive
 from matos_dagster.compact import compact_partition, compact_topic, cursor_name
 from matos_dagster.ranges import OffsetRange
 from matos_dagster.settings import PROJECT_ROOT
@@ -288,7 +288,6 @@ def test_a_compaction_killed_at_any_step_is_finished_by_the_next_run(kafka, swif
 
 
 def test_the_compact_job_reports_what_it_merged(kafka, swift, spark_resource, new_topic):
-    from dagster import materialize  # noqa: F401 - the job runs in process, as the CLI would
     from matos_dagster.jobs.compact import compact_job
 
     topic = new_topic()
