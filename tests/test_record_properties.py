@@ -61,7 +61,7 @@ def batch_of(topic: str, partition: int, recs) -> records.Batch:
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(recs=kafka_records(), partition=st.integers(0, 2**31 - 1), topic=st.from_regex(r"[a-zA-Z0-9._-]{1,40}", fullmatch=True))
 def test_every_field_of_any_record_survives_both_formats_exactly(fmt, recs, partition, topic):
     data = records.encode(batch_of(topic, partition, recs).table(), fmt)
