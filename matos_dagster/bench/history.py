@@ -166,7 +166,6 @@ def measure_n(stack, spark_resource, instance, n: int, counter: ListingCounter, 
     with counter.measure(out, "partitions_query"):
         keys = instance.get_dynamic_partitions(cfg.partitions_name)
     assert len(keys) == n + 1
-    stack.drop_container(container) if n <= 10_000 else None  # large ones go with the stack's folder
     say(f"history N={n:,}: " + json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}))
     return out
 
