@@ -58,6 +58,9 @@ def _failure(result) -> str:
     """The user's exception of a failed in-process run: its message, without Dagster's wrapping."""
     for event in result.all_events:
         if event.is_step_failure:
+            user = event.step_failure_data.user_failure_data  # a dagster Failure raised by the op
+            if user is not None and user.description:
+                return user.description.strip()
             error = event.step_failure_data.error
             while error.cause is not None and error.cls_name.startswith("Dagster"):
                 error = error.cause

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from dagster import AssetCheckKey, AssetKey, DagsterInstance
 
-from helpers import check_archive, manifests, produce, read_archive, read_kafka, user_env
+from helpers import check_archive, delete_records, manifests, produce, read_archive, read_kafka, user_env
 from matos_dagster.ranges import KEY_EXAMPLE, KEY_FORM, OffsetRange
 from matos_dagster.resources import SwiftResource
 from matos_dagster.settings import PROJECT_ROOT
@@ -190,3 +190,20 @@ def test_the_headless_demo_loads_archives_and_says_where(project, kafka):
     with swift.store() as store:
         committed = check_archive(kafka, store, "demo", "matos-archiver")
     assert committed == {p: h for p, (_, h) in kafka.watermarks("demo", list(range(4))).items()}
+
+
+def test_after_a_loss_the_cli_acknowledges_it_and_archiving_goes_on(project, kafka):
+    topic, env, tmp = project
+    kafka.create_topic(topic, 1)
+    produce(kafka, topic, [(b"k", f"v{i}".encode(), []) for i in range(20)])
+    matos(env, tmp, "add-ranges", topic, "--partition", "0", "--start", "0", "--end", "5")
+    matos(env, tmp, "archive", OffsetRange(topic, 0, 0, 5).key)
+    delete_records(kafka, topic, 0, 12)  # retention ran before [5, 12) was archived
+    refused = matos(env, tmp, "add-ranges", topic, "--partition", "0", ok=False)
+    assert "[5, 12) of" in refusal(refused, "add-ranges") and "were deleted from Kafka" in refused.stderr
+    done = matos(env, tmp, "acknowledge-loss", topic, "--partition", "0", "--reason", "retention during an outage")
+    assert done.stdout.strip() == f"{topic}/0: 7 lost offsets acknowledged and recorded in the archive"
+    added = matos(env, tmp, "add-ranges", topic, "--partition", "0")
+    assert f"added {OffsetRange(topic, 0, 12, 20).key}" in added.stdout
+    assert "reason" in refusal(matos(env, tmp, "acknowledge-loss", topic, "--partition", "0", "--reason", " ",
+                                     ok=False), "acknowledge-loss")
