@@ -225,9 +225,10 @@ def history_main(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     with running_stack() as stack:
         results = history.run(stack, sizes, say, month=not args.no_month)
-    md = history.markdown(results)
-    (out / "history.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
-    (out / "history.md").write_text(md)
+        # Written before the stack's folder goes (removing N manifests' files takes a while).
+        md = history.markdown(results)
+        (out / "history.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+        (out / "history.md").write_text(md)
     print(md)
     say(f"wrote {out / 'history.json'}, {out / 'history.md'}")
     return 0
