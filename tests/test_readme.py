@@ -101,4 +101,4 @@ def test_the_readme_commands_run_as_written_after_make_run(tmp_path, fresh_kafka
     swift = SwiftResource(auth_url=swift_server.auth_url, user="test:tester", key="testing", container=container)
     with swift.store() as store:
         committed = check_archive(kafka, store, "demo", "matos-archiver")
-    assert committed == {0: 15000, 1: 15000, 2: 5000, 3: 5000}
+    assert committed == {0: 15000, 1: 5000, 2: 5000, 3: 5000}  # partition 1's new records wait for the sensor
