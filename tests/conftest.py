@@ -44,6 +44,13 @@ SESSION_VARIABLE = "PYTEST_MATOS_SESSION"
 def pytest_configure(config):
     # Set before any test starts a process, so each one (and each of its children) carries it.
     os.environ[SESSION_VARIABLE] = f"{os.getpid()}-{uuid.uuid4().hex}"
+    # A session ended by SIGTERM (CI cancelling, `timeout`) tears its fixtures down as on
+    # Ctrl-C, so it stops its servers too; Python's default would exit at once, leaving them.
+    signal.signal(signal.SIGTERM, _interrupted)
+
+
+def _interrupted(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def processes_of_this_session() -> dict[int, str]:
@@ -81,6 +88,7 @@ def _stop_leftovers(leftovers: dict[int, str]) -> dict[int, str]:
     return leftovers
 
 
+@pytest.hookimpl(trylast=True)  # after pytest's own, which tears down what is left
 def pytest_sessionfinish(session, exitstatus):
     """After every fixture is torn down: fail the session if any process of it still runs."""
     if "pyspark" in sys.modules:  # a classic Spark some test made without the fixture
