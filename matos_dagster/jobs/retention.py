@@ -31,6 +31,7 @@ from pydantic import Field
 from matos_dagster import layout, retention
 from matos_dagster.dagster_compat import PARTITION_NAME_TAG, event_log_shard
 from matos_dagster.resources import KafkaResource, SwiftResource
+from matos_dagster.store import Store
 from matos_dagster.topics import TopicConfig
 
 _FINISHED = [DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED]
@@ -66,7 +67,8 @@ def retention_job(topics: list[TopicConfig]) -> JobDefinition:
         meta: dict = {"dry_run": MetadataValue.bool(config.dry_run)}
         in_flight = _keys_in_flight(instance)
         pruned_total = 0
-        with swift.store() as store:
+        # A plain Store: retention never creates the container (a missing one prunes nothing).
+        with Store(swift.params()) as store:
             for topic in topics:
                 pruned, kept = prune_keys(instance, topic, kafka, store, policy.keep_keys, in_flight, config.dry_run)
                 pruned_total += pruned
