@@ -90,12 +90,12 @@ def _kill_using(profile: str) -> None:
             continue
 
 
-def dump_dom(url: str, budget_ms: int = 15000, timeout: float = 120) -> str:
+def dump_dom(url: str, budget_ms: int = 15000, timeout: float = 300) -> str:
     """The page's DOM after `budget_ms` of virtual time, as HTML."""
     return _run([f"--virtual-time-budget={budget_ms}", "--dump-dom", url], timeout).stdout
 
 
-def screenshot(url: str, path: Path, budget_ms: int = 15000, timeout: float = 120) -> Path:
+def screenshot(url: str, path: Path, budget_ms: int = 15000, timeout: float = 300) -> Path:
     """A PNG of the page after `budget_ms` of virtual time."""
     path.unlink(missing_ok=True)
     _run([f"--virtual-time-budget={budget_ms}", f"--screenshot={path}", url], timeout)

@@ -222,10 +222,10 @@ def test_the_daemon_archives_new_records_by_itself(dev, kafka, swift_server):
     started = time.monotonic()
     with shows_log(dev):
         wait_for("group matos-archiver commits the log end of every partition",
-                 lambda: kafka.committed(dev.topic, parts, GROUP) == high, 240, dev)
+                 lambda: kafka.committed(dev.topic, parts, GROUP) == high, 600, dev)
         runs = wait_for("the lag sensor's runs finish",
                         lambda: (rs := dev.lag_runs()) and all(r.status in _TERMINAL for r in rs) and rs,
-                        120, dev)
+                        300, dev)
     print(f"archived {RECORDS} records in {time.monotonic() - started:.0f}s by {len(runs)} runs")
 
     # Launched by the lag sensor, not by us, and every one succeeded.
