@@ -15,7 +15,7 @@ No Dagster imports: the `acknowledge_loss` job (jobs/loss.py) is a thin shell.
 
 from __future__ import annotations
 
-import json
+import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -38,9 +38,11 @@ class LossRefused(ValueError):
 
 
 def command(topic: str, partition: int) -> str:
-    """The exact CLI command that acknowledges a partition's loss (the UI's Launchpad takes the same config)."""
-    conf = {"ops": {OP: {"config": {"topic": topic, "partition": partition, "reason": "<why the records are gone>"}}}}
-    return f"dagster job execute -m matos_dagster.definitions -j {JOB} -c <(echo '{json.dumps(conf)}')"
+    """The exact command that acknowledges a partition's loss, runnable as printed (this Python by
+    its full path; `python -m matos_dagster` runs the `acknowledge_loss` job, which the UI's
+    Launchpad runs with the same config)."""
+    return (f"{sys.executable} -m matos_dagster acknowledge-loss {topic} --partition {partition} "
+            f"--reason '<why the records are gone>'")
 
 
 @dataclass

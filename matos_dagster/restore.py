@@ -657,10 +657,29 @@ def _prepare_target(
     except KafkaException as e:
         if e.args[0].name() != "TOPIC_ALREADY_EXISTS":
             raise
+    _wait_for_leaders(admin, target, need, timeout_s)
     say(f"created topic {target} with {need} partition(s) for the restore, with {shown} (settings from "
         f"{copied_from}; CreateTime so the archived timestamps are kept, retention.ms=-1 so Kafka does not "
         f"delete the restored records by their old timestamps: lower it when you are done)")
     return need, settings, notes
+
+
+def _wait_for_leaders(admin: AdminClient, topic: str, partitions: int, timeout_s: float) -> None:
+    """Return once every partition of a topic just created has a leader.
+
+    A broker answers CreateTopics before the leaders are known: a producer that starts at
+    once meets NOT_LEADER_FOR_PARTITION, which fails a transaction instead of waiting.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        t = admin.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        if (t is not None and t.error is None and len(t.partitions) >= partitions
+                and all(m.leader >= 0 and m.error is None for m in t.partitions.values())):
+            return
+        if time.monotonic() >= deadline:
+            raise RestoreFailed(f"topic {topic} was created but has no leader for every partition after "
+                                f"{timeout_s:.0f}s: check the brokers' logs")
+        time.sleep(0.2)
 
 
 def _topic_config(admin: AdminClient, topic: str, timeout_s: float) -> dict[str, str | None]:

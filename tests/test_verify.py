@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 
 from helpers import delete_records, produce
-from matos_dagster import layout, records
+from matos_dagster import layout, loss, records
 from matos_dagster.archive import archive_range
 from matos_dagster.jobs.verify import verify_job
 from matos_dagster.ranges import OffsetRange
@@ -111,8 +111,7 @@ def test_coverage_messages_name_the_partition_offsets_and_group():
     (), (lost,) = check_coverage("orders", "g1", 3, [(0, 20)], 60, 100, 20)
     assert lost.message == ("orders/3: offsets [20, 60) were deleted from Kafka (log start offset now 60) before "
                             "they were archived: up to 40 records lost; to go on, record the loss in the archive "
-                            "with the `acknowledge_loss` job: python -m matos_dagster acknowledge-loss orders "
-                            '--partition 3 --reason "<why>"')
+                            f"with the `acknowledge_loss` job: {loss.command('orders', 3)}")
 
 
 def _doc(**kw):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from matos_dagster import layout, spans
+from matos_dagster import layout, loss, spans
 
 GAP, UNCOVERED, OVERLAP = "gap", "uncovered", "overlap"
 MANIFEST, MISSING, SIZE, MD5, DECODE, RECORDS, OFFSETS = (
@@ -24,8 +24,9 @@ ACKNOWLEDGE = "the `acknowledge_loss` job"
 
 
 def acknowledge_command(topic: str, partition: int) -> str:
-    """The operator's command line for the `acknowledge_loss` job (matos_dagster/__main__.py)."""
-    return f'python -m matos_dagster acknowledge-loss {topic} --partition {partition} --reason "<why>"'
+    """The operator's command for the `acknowledge_loss` job: the one loss.py prints everywhere."""
+    return loss.command(topic, partition)
+
 
 _FIELDS = ("topic", "partition", "offset", "timestamp", "timestamp_type", "key", "value", "headers")
 
