@@ -9,11 +9,13 @@ from __future__ import annotations
 import os
 
 import pytest
-from dagster import DagsterRunStatus, Failure, instance_for_test, job, op
+from dagster import DagsterRunStatus, Definitions, Failure, instance_for_test, job, op
 from dagster._core.test_utils import create_run_for_test
 
 from helpers import produce, read_kafka
 from matos_dagster import layout
+from matos_dagster.assets.archive import archive_asset
+from matos_dagster.assets.monitor import monitor_automation, monitor_check, monitor_job_name
 from matos_dagster.dagster_compat import PARTITION_NAME_TAG, event_log_shard
 from matos_dagster.jobs.retention import delete_runs, retention_job
 from matos_dagster.ranges import OffsetRange
@@ -41,7 +43,19 @@ def run_retention(instance, topic, kafka, swift, **cfg):
     return result
 
 
-def test_pruned_ranges_are_still_verified_read_and_restored_exactly(kafka, swift, spark, new_topic, instance):
+def monitor_evaluation(instance, cfg, kafka, swift, spark_resource):
+    """The monitor check, run alone as its schedule runs it: its evaluation."""
+    check = monitor_check(cfg)
+    schedule, _ = monitor_automation(cfg, check, "0 0 * * *")
+    defs = Definitions(assets=[archive_asset(cfg)], asset_checks=[check], jobs=[schedule.job],
+                       resources={"kafka": kafka, "swift": swift, "spark": spark_resource})
+    result = defs.resolve_job_def(monitor_job_name(cfg)).execute_in_process(instance=instance)
+    (evaluation,) = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    return evaluation
+
+
+def test_pruned_ranges_are_still_verified_read_and_restored_exactly(kafka, swift, spark, spark_resource, new_topic,
+                                                                     instance):
     name = new_topic()
     produce(kafka, name, awkward_rows(60, 1))
     cfg = config(name, slice_records=10, object_bytes=1024)
@@ -59,6 +73,9 @@ def test_pruned_ranges_are_still_verified_read_and_restored_exactly(kafka, swift
     run_retention(instance, cfg, kafka, swift, keep_keys=2)
     left = instance.get_dynamic_partitions(cfg.partitions_name)
     assert sorted(left) == sorted(r.key for r in (ranges[1], ranges[4], ranges[5]))
+
+    evaluation = monitor_evaluation(instance, cfg, kafka, swift, spark_resource)
+    assert evaluation.passed and "gap" not in (evaluation.description or ""), evaluation.description
 
     with swift.store() as store:
         report = verify_topic(kafka, store, layout.join(store.params.prefix, cfg.prefix), cfg, None)
