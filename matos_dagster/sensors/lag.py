@@ -24,7 +24,7 @@ from dagster import (
     sensor,
 )
 
-from matos_dagster import policy
+from matos_dagster import policy, turns
 from matos_dagster.dagster_compat import RUN_KEY_TAG, SENSOR_NAME_TAG
 from matos_dagster.policy import FAILED, IN_FLIGHT, MISSING, SUCCEEDED, Offsets, PartitionState
 from matos_dagster.resources import KafkaResource
@@ -55,9 +55,15 @@ def lag_sensor(topic: TopicConfig, partitions: DynamicPartitionsDefinition, inte
 
         states = {p: PartitionState.from_json(cursor.get(str(p), {})) for p in parts}
         runs = _run_states(context, [s for s in states.values() if s.key and not s.done])
+        busy = _busy_partitions(context, topic)
         requests, new_keys, reasons = [], [], []
         for p in parts:
             state = states[p]
+            if p in busy and (state.key is None or state.done):
+                # A run this sensor did not request (CLI, UI) is archiving in this partition:
+                # a range requested now would only wait for it, or repeat its work.
+                reasons.append(f"p{p}: {busy[p]}")
+                continue
             low, high = marks[p]
             offsets = Offsets(low, high, committed[p])
             run = runs.get(_run_key(state)) if state.key and not state.done else None
@@ -80,6 +86,9 @@ def lag_sensor(topic: TopicConfig, partitions: DynamicPartitionsDefinition, inte
                 )
                 context.log.info(f"{d.request}: {d.reason}")
 
+        # Every partition's reason in the tick's log too: the ticks table shows a skip reason
+        # only for ticks that requested nothing.
+        context.log.info("; ".join(reasons))
         if not requests:
             return SensorResult(skip_reason=SkipReason("; ".join(reasons)[:1000]), cursor=json.dumps(cursor))
         return SensorResult(
@@ -89,6 +98,16 @@ def lag_sensor(topic: TopicConfig, partitions: DynamicPartitionsDefinition, inte
         )
 
     return _lag
+
+
+_GOING = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING,
+          DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]
+
+
+def _busy_partitions(context: SensorEvaluationContext, topic: TopicConfig) -> dict[int, str]:
+    """Partitions that a going run of another origin archives: one query of the going runs."""
+    going = context.instance.get_runs(filters=RunsFilter(statuses=_GOING))
+    return turns.busy_partitions(((r.run_id, r.tags) for r in going), topic.name, context.sensor_name)
 
 
 def _run_key(state: PartitionState) -> str:

@@ -195,3 +195,17 @@ def test_a_range_whose_run_vanished_before_its_commit_is_requested_again(kafka, 
     age_request(sensor)  # no run was ever created for it, and nothing was committed
     (again, run_key), = requested(sensor.tick())
     assert again == first and run_key == f"{first.key}#2"
+
+
+def test_a_partition_another_run_is_archiving_gets_no_request_until_that_run_ends(kafka, instance, new_topic):
+    """One run per range whatever starts it: a CLI or UI run archiving in a partition holds the sensor back there."""
+    name = new_topic(partitions=2)
+    produce(kafka, name, [(b"k", b"v", [], p) for p in (0, 1) for _ in range(150)])
+    sensor = Sensor(topic_config(name), kafka, instance)
+    cli_range = OffsetRange(name, 0, 0, 150)
+    run = create_run_for_test(instance, status=DagsterRunStatus.STARTED, tags={"dagster/partition": cli_range.key})
+    result = sensor.tick()
+    assert [r for r, _ in requested(result)] == [OffsetRange(name, 1, 0, 150)]  # partition 1 is free
+    instance.report_run_canceled(run)  # the CLI run ends (here without archiving anything)
+    result = sensor.tick()
+    assert [r for r, _ in requested(result)] == [cli_range]
