@@ -19,7 +19,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from matos_dagster import settings
+from matos_dagster import loss, settings
 
 PROG = "python -m matos_dagster"
 
@@ -101,7 +101,7 @@ def acknowledge_loss(args: argparse.Namespace) -> int:
     config = {"topic": args.topic, "partition": args.partition, "reason": args.reason}
     if args.start != -1 or args.end != -1:
         config |= {"start": args.start, "end": args.end}
-    done = run_job("acknowledge_loss", "acknowledge_loss", config)
+    done = run_job(loss.JOB, loss.OP, config)
     print(f"{args.topic}/{args.partition}: {done} lost offsets acknowledged and recorded in the archive")
     return 0
 

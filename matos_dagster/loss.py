@@ -29,7 +29,7 @@ from matos_dagster.store import Store
 from matos_dagster.topics import TopicConfig
 
 JOB = "acknowledge_loss"
-OP = "acknowledge_loss"
+OP = "record_loss"  # an op may not share its job's name in one repository
 VERSION = 1
 
 

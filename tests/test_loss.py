@@ -58,7 +58,7 @@ def test_after_retention_deleted_unarchived_records_one_acknowledgement_lets_the
 
     def acknowledge(instance, **conf):
         return defs.resolve_job_def("acknowledge_loss").execute_in_process(
-            run_config={"ops": {"acknowledge_loss": {"config": {"topic": topic, "partition": 0, **conf}}}},
+            run_config={"ops": {loss.OP: {"config": {"topic": topic, "partition": 0, **conf}}}},
             instance=instance, raise_on_error=False)
 
     def monitor(instance):
@@ -96,14 +96,14 @@ def test_after_retention_deleted_unarchived_records_one_acknowledgement_lets_the
         assert kafka.committed(topic, [0], cfg.group) == {0: 20}
 
         result = acknowledge(instance, reason="retention ran during the broker outage of 23 Nov")
-        assert result.success and result.output_for_node("acknowledge_loss") == 40
+        assert result.success and result.output_for_node(loss.OP) == 40
         doc = store.get_json(layout.loss_name(prefix, OffsetRange(topic, 0, 20, 60)))
         assert {k: doc[k] for k in ("kind", "topic", "partition", "start", "end", "reason", "log_start")} == {
             "kind": "loss", "topic": topic, "partition": 0, "start": 20, "end": 60,
             "reason": "retention ran during the broker outage of 23 Nov", "log_start": 60}
         assert doc["acknowledged_at"].endswith("+00:00")
         assert kafka.committed(topic, [0], cfg.group) == {0: 60}  # past the acknowledged loss, no further
-        assert acknowledge(instance, reason="again").output_for_node("acknowledge_loss") == 0  # idempotent
+        assert acknowledge(instance, reason="again").output_for_node(loss.OP) == 0  # idempotent
 
         # The sensor goes on by itself from the log start; the next range archives and commits.
         tick = sensor(build_sensor_context(instance=instance, sensor_name=sensor.name, resources={"kafka": kafka},
