@@ -9,7 +9,7 @@ export DAGSTER_HOME := $(MATOS_DEVSTACK_DIR)/dagster
 DAGSTER_PORT ?= 3000
 PYTEST_TIMEOUT ?= 1200
 
-.PHONY: install run up down status demo test test-all bench bench-history clean
+.PHONY: install run up down status demo test test-all bench bench-history bench-compaction clean
 
 install: $(STAMP)
 
@@ -60,6 +60,7 @@ test-all: install
 bench: install
 	$(BIN)/python -m matos_dagster.bench --latency $(BENCH_ARGS)
 	$(BIN)/python -m matos_dagster.bench --history $(HISTORY_ARGS)
+	$(BIN)/python -m matos_dagster.bench.compaction
 
 # The growth workload alone (N = 0, 10,000, 100,000 ranges already archived); HISTORY_ARGS=--quick
 # for 0 and 10,000, or e.g. HISTORY_ARGS="--history-n 0,100000,1000000".
@@ -68,3 +69,7 @@ bench-history: install
 
 clean: down
 	rm -rf $(VENV) .devstack
+
+# A day of small ranges compacted: objects, bytes, and one hour's read before and after.
+bench-compaction: install
+	$(BIN)/python -m matos_dagster.bench.compaction
