@@ -171,7 +171,8 @@ def _missing_run(state: PartitionState, offsets: Offsets, now_ms: int) -> tuple[
     deleted (run retention) or never created: whether it archived its range is then read from
     the committed offset, which a successful run moves to at least the range's end (ranges of a
     partition are archived in order). Below it, the range is requested again: a run of an
-    archived range only verifies it, so a wrong guess costs a run, never a gap.
+    archived range rewrites the same objects byte for byte, so a wrong guess costs a run, never
+    a gap or a duplicate.
     """
     if state.requested_ms is None:  # a cursor written before this field: start the clock now
         return IN_FLIGHT, replace(state, requested_ms=now_ms)
