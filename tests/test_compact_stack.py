@@ -15,12 +15,13 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import uuid
 
 import pytest
 
 from helpers import produce, read_kafka, table_rows
-from matos_dagster import layout, reader
+from matos_dagster import layout, monitor, reader
 from matos_dagster.archive import archive_range
 from matos_dagster.archived import PartitionArchive
 from matos_dagster.compact import compact_partition, compact_topic, cursor_name
@@ -64,6 +65,16 @@ def effective_spans(store, cfg) -> list[tuple[int, int]]:
     return [e.span for e in PartitionArchive(store, prefix(store, cfg), cfg.name, 0).all()]
 
 
+def judge(store, cfg: TopicConfig, end: int, known=None) -> monitor.PartitionReport:
+    """The monitor's evaluation of partition 0 (incremental from `known`, or from scratch), all archived to `end`."""
+    archive = PartitionArchive(store, prefix(store, cfg), cfg.name, 0)
+    report = monitor.evaluate_partition(cfg, 0, 0, end, end, monitor.read_entries(archive, known, end),
+                                        None, [], time.time(), known)
+    assert (report.status, report.ahwm, report.gaps, report.overlaps, report.lost) == (monitor.OK, end, [], [], []), \
+        report.reasons
+    return report
+
+
 def assert_exactly_once(kafka, store, cfg: TopicConfig, end: int) -> list[tuple[int, int]]:
     """One effective entry per offset of [0, end); the reader returns Kafka's records once each."""
     found = effective_spans(store, cfg)
@@ -95,12 +106,16 @@ def test_compaction_merges_small_ranges_and_keeps_every_record_as_it_was(kafka, 
         archive_small(kafka, store, spark, cfg, 0, 120)
         before = assert_exactly_once(kafka, store, cfg, 120)
         assert len(before) == 12
+        known = judge(store, cfg, 120).known  # what the monitor remembers before compacting
         committed = kafka.committed(topic, [0], cfg.group)
 
         done = compact_topic(cfg, committed, store, spark)
 
         part = done.partitions[0]
         after = assert_exactly_once(kafka, store, cfg, 120)
+        # The monitor sees compacted ranges as sound, both from what it remembered and from scratch.
+        judge(store, cfg, 120, known)
+        judge(store, cfg, 120)
         assert part.groups and all(g in after for g in part.groups)
         assert len(after) < len(before)
         assert part.ranges_merged == sum(1 for s in before if any(a <= s[0] and s[1] <= b for a, b in part.groups))
