@@ -77,7 +77,11 @@ def proxy_pipeline(cache: bool = True, keystone: bool = False) -> str:
         *(["cache"] if cache else []),
         # Keystone: authtoken validates the token (cached in swift.cache), keystoneauth
         # maps its project and roles to the account.
-        "listing_formats", *(["authtoken", "keystoneauth"] if keystone else ["tempauth"]),
+        # bulk: extract-archive (a tar of objects in one PUT) and bulk delete; the growth
+        # benchmark writes its synthetic history through it. s3api: Swift's own S3 API, for
+        # engines that read the archive in place (its tempauth user and key are S3 keys).
+        "listing_formats", "bulk",
+        *(["authtoken", "keystoneauth"] if keystone else ["s3api", "tempauth"]),
         "copy", "slo", "dlo", "versioned_writes", "symlink", "proxy-logging", "proxy-server",
     ])
 
@@ -481,6 +485,9 @@ class SwiftServer:
             "filter:healthcheck": {"use": "egg:swift#healthcheck"},
             "filter:proxy-logging": {"use": "egg:swift#proxy_logging"},
             "filter:listing_formats": {"use": "egg:swift#listing_formats"},
+            "filter:bulk": {"use": "egg:swift#bulk"},
+            # Region us-east-1, path-style URLs (no DNS names for buckets on loopback).
+            "filter:s3api": {"use": "egg:swift#s3api", "location": "us-east-1"},
             "filter:copy": {"use": "egg:swift#copy"},
             "filter:slo": {"use": "egg:swift#slo"},
             "filter:dlo": {"use": "egg:swift#dlo"},
