@@ -56,6 +56,7 @@ from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from matos_dagster import reader, spans
+from matos_dagster.leaders import leaderless
 from matos_dagster.ranges import OffsetRange, parse_key
 from matos_dagster.reader import Window
 from matos_dagster.spark_tasks import run_tasks
@@ -665,17 +666,9 @@ def _prepare_target(
 
 
 def _wait_for_leaders(admin: AdminClient, topic: str, partitions: int, timeout_s: float) -> None:
-    """Return once every partition of a topic just created has a leader.
-
-    A broker answers CreateTopics before the leaders are known: a producer that starts at
-    once meets NOT_LEADER_FOR_PARTITION, which fails a transaction instead of waiting.
-    """
+    """Return once every partition of a topic just created has a leader (see `leaderless`)."""
     deadline = time.monotonic() + timeout_s
-    while True:
-        t = admin.list_topics(topic, timeout=timeout_s).topics.get(topic)
-        if (t is not None and t.error is None and len(t.partitions) >= partitions
-                and all(m.leader >= 0 and m.error is None for m in t.partitions.values())):
-            return
+    while leaderless(admin.list_topics(topic, timeout=timeout_s).topics.get(topic), partitions):
         if time.monotonic() >= deadline:
             raise RestoreFailed(f"topic {topic} was created but has no leader for every partition after "
                                 f"{timeout_s:.0f}s: check the brokers' logs")

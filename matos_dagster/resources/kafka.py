@@ -17,6 +17,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from dagster import ConfigurableResource
 from pydantic import Field
 
+from matos_dagster.leaders import leaderless
+
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -152,11 +154,7 @@ class KafkaResource(ConfigurableResource):
         admin = self.admin()
         deadline = time.monotonic() + self.timeout_s
         while True:
-            t = self._metadata(topic).topics.get(topic)
-            waiting = (
-                ["the topic"] if t is None or t.error is not None or not t.partitions
-                else [p for p, m in sorted(t.partitions.items()) if m.leader < 0 or m.error is not None]
-            )
+            waiting = leaderless(self._metadata(topic).topics.get(topic))
             if not waiting:
                 return
             if time.monotonic() >= deadline:
