@@ -50,10 +50,10 @@ demo: up
 # `make test`; only what needs tens of minutes (the soak, ten quiet minutes) is `slow`. The
 # slowest tests are listed at the end; the session fails if a process it started still runs.
 test: install
-	$(BIN)/python -m pytest -m "not slow" --timeout=$(PYTEST_TIMEOUT) --durations=25
+	$(BIN)/python -m pytest -m "not slow" --timeout=$(PYTEST_TIMEOUT) --durations=25 --junitxml=test-output/junit.xml
 
 test-all: install
-	$(BIN)/python -m pytest --timeout=$(PYTEST_TIMEOUT) --durations=25
+	$(BIN)/python -m pytest --timeout=$(PYTEST_TIMEOUT) --durations=25 --junitxml=test-output/junit.xml
 
 # Everything the benchmark issue asks for, latency included (about an hour on 2 cores);
 # e.g. BENCH_ARGS="--quick --repeat 2" for a short run.
