@@ -75,6 +75,21 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("MATOS_MONITOR_CRON", "*/5 * * * *", "When the monitor check runs on its own (cron)."),
     Setting("MATOS_COMPACT_CRON", "37 * * * *",
             "When the `compact` job merges each topic's small archived ranges into large ones (cron)."),
+    # Reading in place: Swift's S3 API and the Iceberg tables (README "The archive as an Iceberg table")
+    Setting("MATOS_S3_ENDPOINT", "",
+            "Swift's S3 API (s3api middleware), `http(s)://host:port`; empty: the host of Swift's storage URL."),
+    Setting("MATOS_S3_ACCESS_KEY", "",
+            "S3 access key; empty with tempauth (v1): MATOS_SWIFT_USER. Keystone: an EC2 credential's access key "
+            "(`openstack ec2 credentials create`; the proxy needs s3token before authtoken)."),
+    Setting("MATOS_S3_SECRET_KEY", "", "S3 secret key; empty with tempauth (v1): MATOS_SWIFT_KEY. Keystone: the EC2 "
+            "credential's secret.", secret=True),
+    Setting("MATOS_S3_REGION", "us-east-1", "Region the S3 API signs with (s3api's `location`)."),
+    Setting("MATOS_ICEBERG_TABLES", "false",
+            "`true`: each archive run adds its range's Parquet objects to the topic's Iceberg table."),
+    Setting("MATOS_ICEBERG_CATALOG", "",
+            "pyiceberg catalog properties, `key=value` pairs separated by `;` (e.g. `type=rest;uri=https://...`); "
+            "empty: an embedded sqlite SqlCatalog, `<MATOS_DEVSTACK_DIR>/iceberg/catalog.db`.", secret=True),
+    Setting("MATOS_ICEBERG_NAMESPACE", "", "Catalog namespace of the tables (one per topic); empty: the container's name."),
     # Retention of Dagster's own records (the archive in Swift is never pruned)
     Setting("MATOS_RETENTION_CRON", "7 * * * *", "When the `retention` job prunes old partition keys and runs (cron)."),
     Setting("MATOS_KEEP_KEYS", "1000",

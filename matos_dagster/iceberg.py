@@ -1,0 +1,371 @@
+"""A topic's archive as an Apache Iceberg table: kept by the archive runs, read in place over Swift's S3 API.
+
+The table's data files are the archive's own Parquet objects (`add_files`: nothing is copied);
+its metadata lives beside them under `<MATOS_SWIFT_PREFIX>/_iceberg/<topic>/` (a `_` name, which
+Hive-style readers of the archive skip). What goes in and when is iceberg_plan.py's rule; this
+module does the I/O: the catalog (pyiceberg; an embedded sqlite `SqlCatalog` by default), Swift's
+listings through archived.py, and DuckDB with its extensions loaded offline from their wheels.
+
+The archive's truth stays the manifests in Swift: the table can always be rebuilt from them
+(`rebuild`) and compared with them (`check`). No Dagster imports.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+from urllib.parse import urlsplit
+
+from matos_dagster import iceberg_plan, layout, settings
+from matos_dagster.archived import RANGE, PartitionArchive, archived_partitions
+from matos_dagster.iceberg_plan import Step, TableError
+from matos_dagster.manifest import Manifest
+from matos_dagster.store import Store
+
+log = logging.getLogger(__name__)
+
+COMMIT_TRIES = 10  # runs of other partitions of the topic commit to the same table at the same time
+# Statistics for the columns readers filter on (the archive's Parquet has them for these only),
+# so that a filter by partition, offset or timestamp skips files.
+TABLE_PROPERTIES = {
+    "format-version": "2",
+    "write.metadata.metrics.default": "none",
+    "write.metadata.metrics.column.partition": "full",
+    "write.metadata.metrics.column.offset": "full",
+    "write.metadata.metrics.column.timestamp": "full",
+    # Merge small manifests as commits pile up, so one commit's metadata stays small at any history.
+    "commit.manifest-merge.enabled": "true",
+}
+
+
+@dataclass(frozen=True)
+class S3:
+    """What a reader needs to reach the archive through Swift's S3 API (s3api middleware)."""
+
+    endpoint: str  # http(s)://host:port
+    access_key: str
+    secret_key: str = field(repr=False)
+    region: str = "us-east-1"
+
+    def pyiceberg(self) -> dict[str, str]:
+        return {"s3.endpoint": self.endpoint, "s3.access-key-id": self.access_key,
+                "s3.secret-access-key": self.secret_key, "s3.region": self.region,
+                "s3.force-virtual-addressing": "false"}
+
+    def duckdb_secret(self) -> str:
+        u = urlsplit(self.endpoint)
+        q = lambda s: "'" + s.replace("'", "''") + "'"  # noqa: E731 - SQL string literal
+        return (f"CREATE OR REPLACE SECRET matos_s3 (TYPE s3, KEY_ID {q(self.access_key)}, SECRET {q(self.secret_key)}, "
+                f"REGION {q(self.region)}, ENDPOINT {q(u.netloc)}, URL_STYLE 'path', "
+                f"USE_SSL {'true' if u.scheme == 'https' else 'false'})")
+
+
+def s3_for(store: Store) -> S3:
+    """The S3 settings (MATOS_S3_*), with what the Swift settings give for those left empty.
+
+    Empty endpoint: the host of Swift's storage URL (the proxy serves the S3 API when s3api is in
+    its pipeline). Empty keys: with tempauth (v1), its user and key are S3 keys; with Keystone
+    they must be EC2 credentials (`openstack ec2 credentials create`, s3token in the proxy).
+    """
+    endpoint = settings.get("MATOS_S3_ENDPOINT")
+    if not endpoint:
+        u = urlsplit(store.url)
+        endpoint = f"{u.scheme}://{u.netloc}"
+    access, secret = settings.get("MATOS_S3_ACCESS_KEY"), settings.get("MATOS_S3_SECRET_KEY")
+    p = store.params
+    if not access and p.auth_version == "1":
+        access, secret = p.user, p.key
+    if not access or not secret:
+        raise TableError("no S3 keys for Swift's S3 API: set MATOS_S3_ACCESS_KEY and MATOS_S3_SECRET_KEY "
+                         "(with Keystone: EC2 credentials, `openstack ec2 credentials create`)")
+    return S3(endpoint.rstrip("/"), access, secret, settings.get("MATOS_S3_REGION"))
+
+
+def enabled() -> bool:
+    return settings.get("MATOS_ICEBERG_TABLES").strip().lower() in ("1", "true", "yes", "on")
+
+
+def catalog_properties() -> dict[str, str]:
+    """MATOS_ICEBERG_CATALOG (`key=value;...`, any pyiceberg catalog), or the embedded sqlite one."""
+    raw = settings.get("MATOS_ICEBERG_CATALOG").strip()
+    if not raw:
+        folder = Path(settings.get("MATOS_DEVSTACK_DIR")) / "iceberg"
+        folder.mkdir(parents=True, exist_ok=True)
+        return {"type": "sql", "uri": f"sqlite:///{folder / 'catalog.db'}"}
+    props = {}
+    for part in filter(None, (p.strip() for p in raw.split(";"))):
+        key, eq, value = part.partition("=")
+        if not eq or not key.strip():
+            raise TableError(f"MATOS_ICEBERG_CATALOG: {part!r} is not key=value (e.g. type=rest;uri=https://...)")
+        props[key.strip()] = value.strip()
+    return props
+
+
+class Tables:
+    """The catalog and the tables of one archive (one Swift container and prefix)."""
+
+    def __init__(self, store: Store, s3: S3 | None = None, catalog=None):
+        self.store = store
+        self.s3 = s3 or s3_for(store)
+        self.namespace = settings.get("MATOS_ICEBERG_NAMESPACE") or store.container
+        self.root = layout.join(store.params.prefix, "_iceberg")
+        self.catalog = catalog or self._catalog()
+
+    def _catalog(self):
+        from pyiceberg.catalog import load_catalog
+
+        props = catalog_properties()
+        props.setdefault("warehouse", self.url(self.root))
+        try:
+            return load_catalog("matos", **{**self.s3.pyiceberg(), **props})
+        except Exception as e:  # noqa: BLE001 - any catalog's own failure: name the setting
+            raise TableError(f"the Iceberg catalog could not be opened ({type(e).__name__}: {e}): "
+                             "check MATOS_ICEBERG_CATALOG") from None
+
+    def url(self, name: str) -> str:
+        return f"s3://{self.store.container}/{name}"
+
+    def identifier(self, topic: str) -> tuple[str, str]:
+        return (self.namespace, topic)
+
+    def location(self, topic: str) -> str:
+        return self.url(layout.join(self.root, topic))
+
+    def table(self, topic: str, create: bool = True):
+        """The topic's table, created (empty, partitioned by Kafka partition) if it does not exist."""
+        from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
+
+        ident = self.identifier(topic)
+        try:
+            t = self.catalog.load_table(ident)
+        except NoSuchTableError:
+            if not create:
+                return None
+            from matos_dagster import records
+
+            self.catalog.create_namespace_if_not_exists(self.namespace)
+            try:
+                t = self.catalog.create_table(ident, schema=records.SCHEMA, location=self.location(topic),
+                                              properties=TABLE_PROPERTIES)
+                with t.update_spec() as spec:
+                    spec.add_identity("partition")
+                t = self.catalog.load_table(ident)
+            except TableAlreadyExistsError:  # another run created it meanwhile
+                t = self.catalog.load_table(ident)
+        if t.location().rstrip("/") != self.location(topic):
+            raise TableError(f"table {'.'.join(ident)} is at {t.location()}, not {self.location(topic)}: it is "
+                             "another archive's; set MATOS_ICEBERG_NAMESPACE to a namespace of this archive's own")
+        return t
+
+    def drop(self, topic: str) -> None:
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            self.catalog.drop_table(self.identifier(topic))
+        except NoSuchTableError:
+            pass
+
+    # -- keeping the table ---------------------------------------------------------------
+
+    def sync(self, prefix: str, topic: str, partition: int, say: Callable[[str], None] = log.info) -> list[Step]:
+        """Add the partition's archived ranges from the table's watermark on, one commit a step;
+        the steps committed. Repairs a crash between a manifest and its commit, at any history."""
+        from pyiceberg.exceptions import CommitFailedException
+
+        archive = PartitionArchive(self.store, prefix, topic, partition)
+        done: list[Step] = []
+        tries = 0
+        while True:
+            t = self.table(topic)
+            marks = marks_of(t)
+            base = marks.get(partition)
+            if base is None:
+                base = iceberg_plan.first_base(archive.entry_at_or_after(0))
+            step = iceberg_plan.catch_up(partition, base, _entries(archive, base))
+            if step.empty and step.end == base:
+                return done
+            try:
+                self._commit(t, step, {**marks, partition: step.end})
+            except CommitFailedException:
+                tries += 1
+                if tries >= COMMIT_TRIES:
+                    raise TableError(f"{topic}/{partition}: the Iceberg commit failed {tries} times in a row "
+                                     "(other runs committing); the next run catches up") from None
+                continue
+            done.append(step)
+            if step.adds:
+                say(f"{topic}/{partition}: table {'.'.join(self.identifier(topic))} += {len(step.ranges)} range(s), "
+                    f"{len(step.adds)} object(s), {step.records} records; watermark {step.end}")
+
+    def replace(self, topic: str, doc: Manifest) -> bool:
+        """After compaction's switch: the compacted range's objects replace, in one commit, the table's
+        files of the ranges it contains. Idempotent (False: nothing to do), so it also repairs a crash
+        between the switch and this commit when called again before the replaced folders are deleted."""
+        from pyiceberg.exceptions import CommitFailedException
+
+        for _ in range(COMMIT_TRIES):
+            t = self.table(topic)
+            marks = marks_of(t)
+            if marks.get(doc.partition, -1) < doc.end:
+                return False  # not in the table yet: catching up adds it (replacing below the watermark)
+            present = table_files(t, doc.partition, doc.start, doc.end)
+            drop = iceberg_plan.covering(((p, lo, hi) for p, (lo, hi, _, _) in present.items()), doc.start, doc.end)
+            want = [self.url(o.name) for o in doc.objects]
+            if sorted(drop) == sorted(want):
+                return False
+            step = Step(doc.partition, marks[doc.partition], tuple(o.name for o in doc.objects), doc.records,
+                        [(doc.start, doc.end)], (doc.start, doc.end))
+            try:
+                self._commit(t, step, marks, {p: present[p][3] for p in drop})
+                return True
+            except CommitFailedException:
+                continue
+        raise TableError(f"{doc.topic}/{doc.partition}: the Iceberg commit of compacted range [{doc.start}, {doc.end}) "
+                         "kept failing; the next compaction run retries it")
+
+    def _commit(self, t, step: Step, marks: dict[int, int], drop: dict | None = None) -> None:
+        """One Iceberg commit: the step's objects added, the files it replaces removed, every watermark."""
+        from pyiceberg.io.pyarrow import parquet_files_to_data_files
+        from pyiceberg.table import TableProperties
+
+        if drop is None and step.replace is not None:
+            present = table_files(t, step.partition, *step.replace)
+            names = iceberg_plan.covering(((p, lo, hi) for p, (lo, hi, _, _) in present.items()), *step.replace)
+            drop = {p: present[p][3] for p in names}
+        with t.transaction() as tx:
+            if tx.table_metadata.name_mapping() is None:  # what add_files sets: Parquet without field ids
+                tx.set_properties(**{TableProperties.DEFAULT_NAME_MAPPING:
+                                     tx.table_metadata.schema().name_mapping.model_dump_json()})
+            snap = tx.update_snapshot(snapshot_properties=iceberg_plan.summary(marks))
+            with (snap.overwrite() if drop else snap.merge_append()) as producer:
+                for f in (drop or {}).values():
+                    producer.delete_data_file(f)
+                for f in parquet_files_to_data_files(t.io, tx.table_metadata, iter([self.url(n) for n in step.adds])):
+                    producer.append_data_file(f)
+
+    # -- rebuilding and checking -------------------------------------------------------------
+
+    def rebuild(self, prefix: str, topic: str, say: Callable[[str], None] = log.info) -> int:
+        """Drop the topic's table and build it again from the manifests alone; the records it holds."""
+        self.drop(topic)
+        for p in archived_partitions(self.store, prefix, topic):
+            self.sync(prefix, topic, p, say)
+        t = self.table(topic)
+        snap = t.current_snapshot()
+        return int(snap.summary["total-records"]) if snap else 0
+
+    def check(self, prefix: str, topic: str) -> "Comparison":
+        """Compare the table with the manifests: the same files, with the same record counts, for every
+        partition up to its watermark (a full audit: every file of the table, every entry of Swift)."""
+        t = self.table(topic, create=False)
+        if t is None:
+            return Comparison(topic, problems=[f"{topic} has no table: run the iceberg_rebuild job"])
+        marks = marks_of(t)
+        in_table = {p: (lo, hi, n) for p, (lo, hi, n, _) in table_files(t).items()}
+        out = Comparison(topic, table_records=sum(n for _, _, n in in_table.values()))
+        expected: dict[str, int] = {}
+        for p in archived_partitions(self.store, prefix, topic):
+            archive = PartitionArchive(self.store, prefix, topic, p)
+            end = marks.get(p)
+            for e in archive.all():
+                if end is None or e.end > end:
+                    break
+                if e.kind == RANGE:
+                    out.ranges += 1
+                    for o in Manifest.from_json(archive.read(e)).objects:
+                        expected[self.url(o.name)] = o.records
+        out.manifest_records = sum(expected.values())
+        for path in sorted(set(in_table) - set(expected)):
+            out.problems.append(f"{path} is in the table but in no manifest up to the watermark")
+        for path in sorted(set(expected) - set(in_table)):
+            out.problems.append(f"{path} is in a manifest but not in the table")
+        for path in sorted(set(expected) & set(in_table)):
+            if expected[path] != in_table[path][2]:
+                out.problems.append(f"{path}: {in_table[path][2]} records in the table, {expected[path]} in its manifest")
+        out.files = len(in_table)
+        return out
+
+
+@dataclass
+class Comparison:
+    topic: str
+    table_records: int = 0
+    manifest_records: int = 0
+    files: int = 0
+    ranges: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and self.table_records == self.manifest_records
+
+
+def marks_of(t) -> dict[int, int]:
+    snap = t.current_snapshot()
+    return iceberg_plan.watermarks(snap.summary.additional_properties if snap else None)
+
+
+def table_files(t, partition: int | None = None, start: int | None = None, end: int | None = None) -> dict:
+    """{path: (first offset, last offset, records, DataFile)} of the table's files (in one partition and
+    sharing an offset with [start, end), if given: Iceberg's own metrics prune the rest)."""
+    from pyiceberg.expressions import AlwaysTrue, And, EqualTo, GreaterThanOrEqual, LessThan
+    from pyiceberg.conversions import from_bytes
+
+    if t.current_snapshot() is None:
+        return {}
+    where = AlwaysTrue()
+    if partition is not None:
+        where = And(EqualTo("partition", partition), GreaterThanOrEqual("offset", start), LessThan("offset", end))
+    field_id = t.schema().find_field("offset").field_id
+    ftype = t.schema().find_field("offset").field_type
+    out = {}
+    for task in t.scan(row_filter=where).plan_files():
+        f = task.file
+        lo = from_bytes(ftype, f.lower_bounds[field_id])
+        hi = from_bytes(ftype, f.upper_bounds[field_id])
+        out[f.file_path] = (lo, hi, f.record_count, f)
+    return out
+
+
+def _entries(archive: PartitionArchive, base: int):
+    """The entries from `base` with their manifests, up to the first hole: a manifest is read only
+    when catching up gets to its entry, and the listing stops at the hole."""
+    pos = base
+    for e in archive.entries_from(base):
+        if e.start > pos:
+            return
+        pos = max(pos, e.end)
+        doc = archive.read(e) if e.kind == RANGE else None
+        yield e, (Manifest.from_json(doc) if doc is not None else None)
+
+
+def keep_table(store: Store, prefix: str, topic, partition: int, say: Callable[[str], None] = log.info) -> list[str]:
+    """The archive's hook after a range's manifest: bring the topic's table up to date (no-op when off)."""
+    if not enabled() or topic.format != "parquet":
+        return []
+    steps = Tables(store).sync(prefix, topic.name, partition, say)
+    return [f"Iceberg table of {topic.name}: +{sum(len(s.adds) for s in steps)} object(s), "
+            f"{sum(s.records for s in steps)} records" ] if steps else []
+
+
+def duckdb_connection(s3: S3 | None = None):
+    """A DuckDB connection that reads the archive over the S3 API, its extensions loaded from the
+    `duckdb-ext-*` wheels (nothing downloaded at run time)."""
+    import duckdb
+    import duckdb_ext  # noqa: F401 - the wheels' package: its folder holds `extensions/`
+
+    folder = Path(next(iter(duckdb_ext.__path__))) / "extensions"
+    con = duckdb.connect(config={"extension_directory": str(folder), "autoinstall_known_extensions": "false",
+                                 "autoload_known_extensions": "false"})
+    for name in ("httpfs", "avro", "iceberg"):
+        con.execute(f"LOAD {name}")
+    if s3 is not None:
+        con.execute(s3.duckdb_secret())
+    return con
+
+
+def metadata_location(tables: Tables, topic: str) -> str:
+    return tables.table(topic, create=False).metadata_location
+
