@@ -15,7 +15,10 @@ tempauth), account, container and object; one replica, one device. There is no
       log/<server>.log    each server's log (-v logs to stderr, which is appended here)
 
 Lean on purpose, for a 2-core machine: no replicator, updater, auditor, expirer, reaper
-or sharder daemons run. With one replica there is nothing to replicate or reconstruct,
+or sharder daemons run. The container server is ready to shard all the same: its conf has a
+`[container-sharder]` section and etc/internal-client.conf exists, and `shard()` does what an
+operator does (`swift-manage-shard-ranges ... find_and_replace ROWS --enable`, then
+`swift-container-sharder --once` until the container is sharded). Nothing runs while idle. With one replica there is nothing to replicate or reconstruct,
 and an object PUT updates its container listing synchronously (only if that failed would
 an async pending be left for the object updater, which we do not run).
 
@@ -67,6 +70,15 @@ PART_POWER = 8  # 256 partitions: plenty for one device, and the rings build ins
 
 # Set to False to run the proxy without its in-process cache (for comparison only).
 PROXY_CACHE = True
+
+# container-server.conf's [container-sharder] on the local stack: Swift's defaults (sharding is
+# operator-driven, auto_shard off; a container is a candidate from 1,000,000 rows) except that
+# one `--once` pass cleaves up to 16 shard ranges instead of 2 (a local stack has no daemon
+# doing pass after pass every 30 s).
+SHARDER_CONF = {
+    "auto_shard": "false",
+    "cleave_batch_size": "16",
+}
 
 
 def proxy_pipeline(cache: bool = True, keystone: bool = False) -> str:
@@ -222,6 +234,7 @@ class SwiftServer:
         extra_proxy_conf: dict | None = None,
         users: dict[str, str] | None = None,
         keystone: dict[str, str] | None = None,
+        sharder: dict[str, str] | None = None,
     ):
         self.data_dir = Path(data_dir).absolute()
         self.cache_dir = Path(cache_dir).absolute()
@@ -241,6 +254,9 @@ class SwiftServer:
         # (KeystoneServer.authtoken_conf()); then swift[keystone] (keystonemiddleware) is
         # needed, in a venv of its own so the tempauth one is never changed under a running server.
         self.keystone = dict(keystone) if keystone else None
+        # Options of container-server.conf's [container-sharder] on top of SHARDER_CONF
+        # (swift's own names: rows_per_shard, cleave_batch_size, ...).
+        self.sharder = dict(sharder or {})
         self.requirement = f"swift[keystone]=={SWIFT_VERSION}" if self.keystone else SWIFT_REQUIREMENT
         self.venv = self.cache_dir / (f"swift-{SWIFT_VERSION}-keystone-venv" if self.keystone
                                       else f"swift-{SWIFT_VERSION}-venv")
@@ -253,6 +269,8 @@ class SwiftServer:
         self.log_files: dict[str, Path] = {s: self.log_dir / f"{s}.log" for s in SERVERS}
         self.pid_files: dict[str, Path] = {s: self.run_dir / f"{s}.pid" for s in SERVERS}
         self.conf_files: dict[str, Path] = {s: self.etc / f"{s}-server.conf" for s in SERVERS}
+        self.internal_client_conf = self.etc / "internal-client.conf"
+        self.sharder_log = self.log_dir / "container-sharder.log"
 
     # ---------------------------------------------------------------- addresses
 
@@ -390,6 +408,58 @@ class SwiftServer:
         return Connection(authurl=self.auth_url, user=self.user, key=self.key,
                           auth_version="1", **kwargs)
 
+    # ------------------------------------------------------------------ sharding
+
+    def container_db(self, container: str, account: str | None = None) -> dict:
+        """Where `container`'s database is on the one device: {"partition", "db"} (Swift's own ring and hash)."""
+        return self._sharding_tool("locate", account or self.account, container)
+
+    def sharding(self, container: str, account: str | None = None) -> dict:
+        """The container's sharding as its database has it: {"partition", "db", "state" (unsharded,
+        sharding, sharded, collapsed), "object_count", "shard_ranges": [{"name", "lower", "upper",
+        "state", "object_count"}]}."""
+        return self._sharding_tool("state", account or self.account, container)
+
+    def shard(self, container: str, rows: int, account: str | None = None, max_passes: int = 30) -> dict:
+        """Shard `container` as a Swift operator does; return once it is sharded.
+
+        `swift-manage-shard-ranges <db> --config container-server.conf find_and_replace <rows>
+        --enable` cuts the listing into shard ranges of `rows` rows and marks the container for
+        sharding; then the container sharder runs pass after pass (`swift-container-sharder
+        --once`, each pass walking every container database on the device and cleaving up to
+        `cleave_batch_size` ranges) until the container's state is `sharded`, and one pass more
+        (the shards report their stats to the root, as the daemon's next cycle would). All in one
+        process of the swift venv (each start costs seconds here). Returns `sharding()` with
+        "passes" and "seconds"; the sharder's output goes to log/container-sharder.log.
+        """
+        if rows < 1:
+            raise ValueError(f"rows must be >= 1, got {rows}")
+        t0 = time.monotonic()
+        out = self._sharding_tool("shard", account or self.account, container, str(rows),
+                                  str(self.conf_files["container"]), str(max_passes))
+        if out["state"] != "sharded":
+            raise RuntimeError(
+                f"container {container!r} is still {out['state']} after {out['passes']} sharder passes; "
+                f"see {self.sharder_log}")
+        return {**out, "seconds": time.monotonic() - t0}
+
+    def _sharding_tool(self, *args: str) -> dict:
+        """Run _SHARDING_SCRIPT in the swift venv (swift_dir set: there is no /etc/swift)."""
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.sharder_log, "ab") as log:
+            log.write(f"$ {' '.join(args)}\n".encode())
+            log.flush()
+            proc = subprocess.run(
+                [str(self.venv / "bin" / "python"), "-c", _SHARDING_SCRIPT,
+                 json.dumps({"swift_dir": str(self.etc), "devices": str(self.devices), "args": list(args)})],
+                stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
+                env=self._server_env(), cwd=self.data_dir)
+        out = proc.stdout.decode(errors="replace")
+        if proc.returncode != 0:
+            raise RuntimeError(f"swift {args[0]} failed (exit {proc.returncode}); see {self.sharder_log}")
+        lines = out.strip().splitlines()
+        return json.loads(lines[-1]) if lines else {}
+
     # ------------------------------------------------------------------ insides
 
     def _pid(self, server: str) -> int | None:
@@ -414,7 +484,7 @@ class SwiftServer:
 
     def _prepare(self) -> dict:
         """Dirs, state (made once), confs (written every time), rings (built once)."""
-        for d in (self.etc, self.pylib, self.devices / DEVICE, self.run_dir, self.log_dir):
+        for d in (self.etc, self.pylib, self.devices / DEVICE, self.run_dir, self.log_dir, self.data_dir / "recon"):
             d.mkdir(parents=True, exist_ok=True)
         state = self._read_state()
         if state is None:
@@ -461,7 +531,18 @@ class SwiftServer:
                 "pipeline:main": {"pipeline": f"healthcheck {server}-server"},
                 f"app:{server}-server": {"use": f"egg:swift#{server}"},
                 "filter:healthcheck": {"use": "egg:swift#healthcheck"},
+                **({"container-sharder": self._sharder_conf()} if server == "container" else {}),
             })
+        # The sharder's internal client (a proxy app in its own process) reads shard ranges
+        # from root containers; swift's sample internal-client.conf, with our in-process cache.
+        _write_ini(self.internal_client_conf, {
+            "DEFAULT": {**common, "log_name": "internal-client"},
+            "pipeline:main": {"pipeline": "catch_errors proxy-logging cache proxy-server"},
+            "app:proxy-server": {"use": "egg:swift#proxy", "account_autocreate": "true"},
+            "filter:cache": {"paste.filter_factory": f"{_PYLIB_MODULE}:filter_factory"},
+            "filter:proxy-logging": {"use": "egg:swift#proxy_logging"},
+            "filter:catch_errors": {"use": "egg:swift#catch_errors"},
+        })
         proxy_default = {**common, "bind_port": str(self.proxy_port), "log_name": "proxy-server"}
         # The hook for TLS (cert_file, key_file) and any other [DEFAULT] option.
         proxy_default.update({str(k): str(v) for k, v in self.extra_proxy_conf.items()})
@@ -494,6 +575,15 @@ class SwiftServer:
             "filter:versioned_writes": {"use": "egg:swift#versioned_writes"},
             "filter:symlink": {"use": "egg:swift#symlink"},
         })
+
+    def _sharder_conf(self) -> dict[str, str]:
+        return {
+            **SHARDER_CONF,
+            "log_name": "container-sharder",
+            "internal_client_conf_path": str(self.internal_client_conf),
+            "recon_cache_path": str(self.data_dir / "recon"),  # not /var/cache/swift
+            **{str(k): str(v) for k, v in self.sharder.items()},
+        }
 
     def _keystone_filters(self) -> dict[str, dict[str, str]]:
         options = dict(self.keystone)
@@ -596,6 +686,72 @@ for args in json.loads(sys.argv[1]):
     sys.stdout.flush()
     if code not in (0, 1):  # 1 = done with warnings, 2 = error
         sys.exit(code)
+"""
+
+
+# Sharding steps, in the swift venv. argv[1]: JSON {swift_dir, devices, args}; the last line of
+# stdout is a JSON answer. set_swift_dir first: swift's own commands read /etc/swift/swift.conf
+# (the hash path suffix) unless told otherwise.
+_SHARDING_SCRIPT = """\
+import json, os, sys
+from swift.common.utils import set_swift_dir
+cmd = json.loads(sys.argv[1])
+set_swift_dir(cmd["swift_dir"])
+what, args = cmd["args"][0], cmd["args"][1:]
+
+
+def locate(account, container):
+    from swift.common.ring import Ring
+    from swift.common.utils import hash_path
+    part, nodes = Ring(cmd["swift_dir"], ring_name="container").get_nodes(account, container)
+    h = hash_path(account, container)
+    db = os.path.join(cmd["devices"], nodes[0]["device"], "containers", str(part), h[-3:], h, h + ".db")
+    return {"partition": part, "db": db}
+
+
+def state(db):
+    from swift.container.backend import ContainerBroker
+    broker = ContainerBroker(db)
+    info = broker.get_info()
+    ranges = [{"name": sr.name, "lower": str(sr.lower), "upper": str(sr.upper), "state": sr.state_text,
+               "object_count": sr.object_count} for sr in broker.get_shard_ranges()]
+    return {"state": broker.get_db_state(), "object_count": info["object_count"], "shard_ranges": ranges}
+
+
+where = locate(args[0], args[1])
+if what == "locate":
+    out = where
+elif what == "state":
+    out = {**where, **state(where["db"])}
+elif what == "shard":
+    rows, conf_file, max_passes = args[2], args[3], int(args[4])
+    from swift.cli.manage_shard_ranges import main
+    print("$ swift-manage-shard-ranges %s --config %s find_and_replace %s --enable" % (where["db"], conf_file, rows),
+          file=sys.stderr, flush=True)
+    code = main([where["db"], "--config", conf_file, "find_and_replace", rows, "--enable"])
+    if code:
+        sys.exit(code)
+    # What swift-container-sharder --once does (swift.common.daemon.run_daemon), pass after pass.
+    import eventlet
+    from swift.common import utils
+    from swift.container.sharder import ContainerSharder
+    utils.monkey_patch()
+    eventlet.hubs.use_hub(utils.get_hub())
+    conf = utils.readconf(conf_file, "container-sharder")
+    sharder = ContainerSharder(conf, logger=utils.get_logger(conf, conf["log_name"], log_to_console=True))
+    passes = 0
+    while state(where["db"])["state"] != "sharded" and passes < max_passes:
+        print("$ swift-container-sharder %s --once   # pass %d" % (conf_file, passes + 1), file=sys.stderr, flush=True)
+        sharder.run_once()
+        passes += 1
+    if state(where["db"])["state"] == "sharded":
+        sharder.run_once()
+        passes += 1
+    out = {**where, **state(where["db"]), "passes": passes}
+else:
+    sys.exit("unknown step %r" % what)
+sys.stdout.flush()
+print(json.dumps(out))
 """
 
 
