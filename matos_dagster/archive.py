@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Protocol
 
-from matos_dagster import layout, loss, manifest, spans
+from matos_dagster import iceberg, layout, loss, manifest, spans
 from matos_dagster.archived import LOSS, Entry, PartitionArchive
 from matos_dagster.spark_tasks import run_tasks
 from matos_dagster.ranges import OffsetRange
@@ -136,6 +136,8 @@ def archive_range(
     _fault("after-manifest")
     notes = _remove_strays(store, layout.range_dir(prefix, r), doc)
     after = advance(kafka, store, prefix, topic, r.partition, low)
+    # The topic's Iceberg table (MATOS_ICEBERG_TABLES): this range and any a crashed run left out, one commit.
+    notes += iceberg.keep_table(store, prefix, topic, r.partition, say)
     return Archived(r, name, doc, False, committed_before, after, time.monotonic() - t0, len(jobs), notes)
 
 
