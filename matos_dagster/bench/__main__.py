@@ -41,7 +41,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m matos_dagster.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="small setting: W1 100,000 and W2 200,000 records")
     p.add_argument("--out", default=".bench", help="folder for results.json, results.md, throughput.png (.bench/)")
-    p.add_argument("--repeat", type=int, default=3, help="repeats of each measurement (default 3)")
+    p.add_argument("--repeat", type=int, default=3,
+                   help="repeats of each measurement (default 3; --history: rounds over every N)")
     p.add_argument("--cores", type=int, default=os.cpu_count() or 2, help="cores Spark gets (default: all)")
     p.add_argument("--latency", action="store_true",
                    help="also measure record→manifest latency with `dagster dev` running (several minutes)")
@@ -224,7 +225,7 @@ def history_main(args: argparse.Namespace) -> int:
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     with running_stack() as stack:
-        results = history.run(stack, sizes, say, month=not args.no_month)
+        results = history.run(stack, sizes, say, month=not args.no_month, repeats=args.repeat)
         # Written before the stack's folder goes (removing N manifests' files takes a while).
         md = history.markdown(results)
         (out / "history.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
