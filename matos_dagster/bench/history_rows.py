@@ -10,7 +10,8 @@ but with no object behind them. Any path that reads one gets a 404, and the benc
 none did (`history.DeepReads`): a proof that those paths read no old range, not a shortcut.
 
 The rows are built here (pure, tested) and streamed as JSON lines to `MERGE_SCRIPT`, which runs
-with the Swift venv's python against the container's database on the devstack's one device.
+with the Swift venv's python against the container's database on the devstack's one device
+(found with Swift's ring and `hash_path`: `SwiftServer.container_db`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -55,21 +57,16 @@ def history_rows(prefix: str, topic: str, partition: int, starts: Iterable[int],
         yield manifest_row(prefix, OffsetRange(topic, partition, i, i + 1), fmt, created_at)
 
 
-# Runs in the Swift venv: argv = devices dir, account, container; JSON rows on stdin.
+# Runs in the Swift venv: argv = the container's database, account, container, batch; JSON rows on stdin.
 MERGE_SCRIPT = r'''
-import glob, json, sys, time
+import json, sys, time
 from swift.container.backend import ContainerBroker
 
-devices, account, container, batch = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-found = []
-for path in glob.glob(devices + "/*/containers/*/*/*/*.db"):
-    broker = ContainerBroker(path, account=account, container=container)
-    info = broker.get_info()
-    if info["account"] == account and info["container"] == container:
-        found.append(broker)
-if len(found) != 1:
-    sys.exit("found %d databases of %s/%s under %s" % (len(found), account, container, devices))
-broker = found[0]
+db, account, container, batch = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+broker = ContainerBroker(db, account=account, container=container)
+info = broker.get_info()
+if (info["account"], info["container"]) != (account, container):
+    sys.exit("%s is the database of %s/%s, not %s/%s" % (db, info["account"], info["container"], account, container))
 t, n, rows = time.time(), 0, []
 for line in sys.stdin:
     rows.append(json.loads(line))
@@ -85,23 +82,26 @@ print(json.dumps({"merged": n, "object_count": info["object_count"], "db": broke
 '''
 
 
-def merge_rows(swift_python: Path, devices: Path, account: str, container: str, rows: Iterable[dict]) -> dict:
+def merge_rows(swift_python: Path, db: str, account: str, container: str, rows: Iterable[dict]) -> dict:
     """Merge `rows` into the container's listing; what the script reports (rows merged, object count)."""
-    proc = subprocess.Popen(
-        [str(swift_python), "-c", MERGE_SCRIPT, str(devices), account, container, str(BATCH)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    try:
-        for row in rows:
-            proc.stdin.write(json.dumps(row, separators=(",", ":")) + "\n")
-        proc.stdin.close()
-    except BrokenPipeError:
-        pass  # the script stopped early: its stderr says why
-    out = proc.stdout.read()
-    err = proc.stderr.read()
-    if proc.wait() != 0:
-        raise RuntimeError(f"merging rows into {account}/{container} failed: {err.strip()[-2000:]}")
-    return json.loads(out.strip().splitlines()[-1])
+    # Its output goes to files: a pipe it filled while we still write rows would hang both.
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(
+            [str(swift_python), "-c", MERGE_SCRIPT, str(db), account, container, str(BATCH)],
+            stdin=subprocess.PIPE, stdout=out, stderr=err, text=True,
+        )
+        try:
+            for row in rows:
+                proc.stdin.write(json.dumps(row, separators=(",", ":")) + "\n")
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass  # the script stopped early: its stderr says why
+        code = proc.wait()
+        out.seek(0)
+        err.seek(0)
+        if code != 0:
+            raise RuntimeError(f"merging rows into {account}/{container} failed: {err.read().strip()[-2000:]}")
+        return json.loads(out.read().strip().splitlines()[-1])
 
 
 def merge_history(swift_server, container: str, prefix: str, topic: str, partition: int, starts: range,
@@ -109,8 +109,8 @@ def merge_history(swift_server, container: str, prefix: str, topic: str, partiti
     """Rows of ranges `[i, i + 1)`, `i` in `starts`, merged into `container` of the devstack's account."""
     t = time.monotonic()
     rows = history_rows(prefix, topic, partition, starts, fmt, time.time())
-    out = merge_rows(swift_server.venv / "bin" / "python", swift_server.devices, swift_server.account,
-                     container, rows)
+    db = swift_server.container_db(container)["db"]  # Swift's own ring and hash_path
+    out = merge_rows(swift_server.venv / "bin" / "python", db, swift_server.account, container, rows)
     if out["merged"] != len(starts):
         raise RuntimeError(f"merged {out['merged']} rows into {container}, expected {len(starts)}")
     out["wall_s"] = time.monotonic() - t
