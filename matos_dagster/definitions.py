@@ -19,6 +19,7 @@ from matos_dagster.jobs.loss import acknowledge_loss_job
 from matos_dagster.jobs.ranges import add_ranges_job
 from matos_dagster.jobs.restore import restore_job
 from matos_dagster.jobs.retention import retention_job, retention_schedule
+from matos_dagster.jobs.iceberg import iceberg_job
 from matos_dagster.jobs.verify import verify_job
 from matos_dagster.resources import KafkaResource, SparkResource, SwiftResource
 from matos_dagster.sensors.lag import lag_sensor
@@ -72,7 +73,8 @@ COMPACT = compact_job(TOPICS)
 defs = Definitions(
     assets=[archive_asset(t) for t in TOPICS],
     asset_checks=CHECKS,
-    jobs=[load, add_ranges_job(TOPICS), acknowledge_loss_job(TOPICS), restore_job(TOPICS), verify_job(TOPICS), RETENTION, COMPACT],
+    jobs=[load, add_ranges_job(TOPICS), acknowledge_loss_job(TOPICS), restore_job(TOPICS), verify_job(TOPICS), RETENTION, COMPACT,
+          iceberg_job(TOPICS)],
     sensors=[lag_sensor(t, ranges_partitions(t), SENSOR_INTERVAL_S) for t in TOPICS] + [s for _, s in MONITORS],
     schedules=[schedule for schedule, _ in MONITORS]
     + [retention_schedule(RETENTION, os.environ["MATOS_RETENTION_CRON"]),

@@ -1,0 +1,64 @@
+"""The iceberg_table job: rebuild a topic's Iceberg table from the manifests alone, or compare the two.
+
+    dagster job execute -m matos_dagster.definitions -j iceberg_table \\
+        -c <(echo '{ops: {iceberg_table: {config: {topic: demo, rebuild: true}}}}')
+
+`rebuild: false` (the default) only checks: the table's files and record counts against the
+manifests up to each partition's watermark (a full audit: it reads every manifest). `rebuild: true`
+drops the table from the catalog and adds every archived range again (the archive's truth is the
+manifests; the old table's metadata files stay in Swift, unreferenced), then checks. The run fails
+with the differences when the check finds any.
+"""
+
+from dagster import Config, Failure, MetadataValue, OpExecutionContext, Output, job, op
+from pydantic import Field
+
+from matos_dagster import layout
+from matos_dagster.iceberg import Tables
+from matos_dagster.iceberg_plan import TableError
+from matos_dagster.resources import SwiftResource
+from matos_dagster.store import Store
+from matos_dagster.topics import TopicConfig
+
+
+class IcebergConfig(Config):
+    topic: str = Field(description="A topic of the topics file (format parquet).")
+    rebuild: bool = Field(default=False, description="Drop the table and build it again from the manifests first.")
+
+
+def iceberg_job(topics: list[TopicConfig]):
+    by_name = {t.name: t for t in topics}
+
+    @op(name="iceberg_table", description="Rebuild a topic's Iceberg table from its manifests, and/or check it.")
+    def _table(context: OpExecutionContext, config: IcebergConfig, swift: SwiftResource) -> Output[int]:
+        topic = by_name.get(config.topic)
+        if topic is None:
+            raise Failure(f"topic {config.topic!r} is not in the topics file; it has {sorted(by_name)}")
+        if topic.format != "parquet":
+            raise Failure(f"topic {topic.name} is archived as {topic.format}: only Parquet archives are Iceberg tables")
+        params = swift.params()
+        prefix = layout.join(params.prefix, topic.prefix)
+        with Store(params) as store:  # a plain Store: never creates a missing container
+            try:
+                tables = Tables(store)
+                if config.rebuild:
+                    tables.rebuild(prefix, topic.name, say=context.log.info)
+                report = tables.check(prefix, topic.name)
+                location = tables.table(topic.name, create=False).metadata_location
+            except TableError as e:
+                raise Failure(str(e)) from None
+        meta = {"table_records": MetadataValue.int(report.table_records),
+                "manifest_records": MetadataValue.int(report.manifest_records),
+                "files": MetadataValue.int(report.files), "ranges": MetadataValue.int(report.ranges),
+                "metadata_location": MetadataValue.text(location)}
+        if not report.ok:
+            raise Failure(f"the table of {topic.name} differs from its manifests", metadata={
+                **meta, "problems": MetadataValue.md("\n".join(f"- {p}" for p in report.problems[:200]))})
+        return Output(report.table_records, metadata=meta)
+
+    @job(name="iceberg_table", description="Rebuild a topic's Iceberg table from the manifests (rebuild: true) "
+         "and check it against them.")
+    def _job():
+        _table()
+
+    return _job
