@@ -72,6 +72,11 @@ SETTINGS: tuple[Setting, ...] = (
     # Archive
     Setting("MATOS_TOPICS_FILE", str(PROJECT_ROOT / "topics.yaml"), "YAML file of the topics to archive."),
     Setting("MATOS_SENSOR_INTERVAL_S", "30", "Seconds between two ticks of each topic's lag sensor."),
+    Setting("MATOS_HEARTBEAT_S", "15",
+            "Seconds between two heartbeats of an archive run (a run tag written by a thread of its own)."),
+    Setting("MATOS_DEAD_RUN_AFTER_S", "90",
+            "An archive run with no heartbeat for this long is dead (its process is gone): the lag sensor fails "
+            "it and requests its range again. At least 3 x MATOS_HEARTBEAT_S."),
     Setting("MATOS_MONITOR_CRON", "*/5 * * * *", "When the monitor check runs on its own (cron)."),
     Setting("MATOS_COMPACT_CRON", "37 * * * *",
             "When the `compact` job merges each topic's small archived ranges into large ones (cron)."),

@@ -14,8 +14,9 @@ from dagster import (
     asset,
 )
 
-from matos_dagster import turns
+from matos_dagster import heartbeat, turns
 from matos_dagster.archive import Archived, archive_range
+from matos_dagster.dead_runs import beating, waits_for
 from matos_dagster.ranges import KEY_FORM, OffsetRange, parse_key
 from matos_dagster.resources import KafkaResource, SparkResource, SwiftResource
 from matos_dagster.topics import TopicConfig
@@ -50,7 +51,14 @@ def archive_asset(topic: TopicConfig) -> AssetsDefinition:
         context: AssetExecutionContext, kafka: KafkaResource, swift: SwiftResource, spark: SparkResource
     ) -> MaterializeResult:
         r = parse_key(context.partition_key)
-        waited = take_turn(context.instance, context.run.run_id, r, say=context.log.info)
+        # The heartbeat tells a dead run from a slow one (dead_runs.py): it beats from its own
+        # thread through the wait for a turn and the archiving, until the body returns.
+        thresholds = heartbeat.Thresholds.from_settings()
+        with beating(context.instance, context.run.run_id, thresholds, context.log.warning):
+            return _archive_in_turn(context, r, kafka, swift, spark, thresholds)
+
+    def _archive_in_turn(context, r, kafka, swift, spark, thresholds) -> MaterializeResult:
+        waited = take_turn(context.instance, context.run.run_id, r, say=context.log.info, thresholds=thresholds)
         with swift.store() as store:
             done = archive_range(r, topic, kafka, store, spark.spark_session, say=context.log.info)
             location = f"{store.url}/{store.container}/{done.manifest_name.rsplit('/', 1)[0]}/"
@@ -63,13 +71,15 @@ def archive_asset(topic: TopicConfig) -> AssetsDefinition:
     return _archive
 
 
-def take_turn(instance: DagsterInstance, run_id: str, r: OffsetRange, say, poll_s: float = 1.0) -> float:
+def take_turn(instance: DagsterInstance, run_id: str, r: OffsetRange, say, poll_s: float = 1.0,
+              thresholds: heartbeat.Thresholds | None = None) -> float:
     """Wait until no other run is archiving in `r`'s topic partition (turns.py); the seconds waited.
 
     The run that waited then archives its range: the same, byte-identical objects again if
     the other run archived it, or its range if that run failed or archived another one.
     """
     where = f"{r.topic}/{r.partition}"
+    thresholds = thresholds or heartbeat.Thresholds.from_settings()
     mine = turns.Claim(time.time(), run_id)
     instance.add_run_tags(
         run_id, {TOPIC_PARTITION_TAG: where, RANGE_TAG: f"{where} [{r.start}, {r.end})", CLAIM_TAG: mine.tag}
@@ -77,6 +87,8 @@ def take_turn(instance: DagsterInstance, run_id: str, r: OffsetRange, say, poll_
     began, told = time.monotonic(), set()
     while True:
         runs = instance.get_runs(filters=RunsFilter(tags={TOPIC_PARTITION_TAG: where}, statuses=_GOING))
+        # A dead run (no heartbeat for MATOS_DEAD_RUN_AFTER_S) is not waited for: the lag sensor fails it.
+        runs = [run for run in runs if waits_for(run.tags, thresholds)]
         by_id = {run.run_id: run for run in runs}
         first = turns.ahead(mine, (turns.Claim.from_tag(run.tags.get(CLAIM_TAG, ""), run.run_id) for run in runs))
         if not first:

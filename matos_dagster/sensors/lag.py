@@ -24,7 +24,8 @@ from dagster import (
     sensor,
 )
 
-from matos_dagster import policy, turns
+from matos_dagster import heartbeat, policy, turns
+from matos_dagster.dead_runs import fail_dead_runs
 from matos_dagster.dagster_compat import RUN_KEY_TAG, SENSOR_NAME_TAG
 from matos_dagster.policy import FAILED, IN_FLIGHT, MISSING, SUCCEEDED, Offsets, PartitionState
 from matos_dagster.resources import KafkaResource
@@ -47,6 +48,9 @@ def lag_sensor(topic: TopicConfig, partitions: DynamicPartitionsDefinition, inte
     )
     def _lag(context: SensorEvaluationContext, kafka: KafkaResource):
         cursor = json.loads(context.cursor) if context.cursor else {}
+        # First, fail the topic's runs whose heartbeat stopped (dead_runs.py): below, their ranges
+        # are then FAILED and requested again in this tick, instead of in flight until max runtime.
+        fail_dead_runs(context.instance, topic.name, heartbeat.Thresholds.from_settings(), context.log)
         parts = kafka.partitions(topic.name)
         marks = kafka.watermarks(topic.name, parts)
         committed = kafka.committed(topic.name, parts, topic.group)

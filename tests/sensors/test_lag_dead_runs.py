@@ -1,0 +1,149 @@
+"""Dead archive runs (no heartbeat for MATOS_DEAD_RUN_AFTER_S) on a real Dagster instance: failed by
+the lag sensor, their range requested again in the same tick, and their turn passed on."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+from dagster import DagsterEventType, DagsterRunStatus, build_sensor_context, instance_for_test
+from dagster._core.storage.tags import PARTITION_NAME_TAG, RUN_KEY_TAG, SENSOR_NAME_TAG
+from dagster._core.test_utils import create_run_for_test
+
+from helpers import produce
+from matos_dagster.assets.archive import CLAIM_TAG, TOPIC_PARTITION_TAG, ranges_partitions, take_turn
+from matos_dagster.dead_runs import fail_dead_runs
+from matos_dagster.heartbeat import TAG, Thresholds
+from matos_dagster.ranges import OffsetRange, parse_key
+from matos_dagster.sensors.lag import lag_sensor
+from matos_dagster.topics import TopicConfig
+
+T = Thresholds(every_s=15, dead_after_s=90)
+
+
+@pytest.fixture
+def instance():
+    with instance_for_test() as instance:
+        yield instance
+
+
+class Log:
+    def __init__(self):
+        self.warnings: list[str] = []
+
+    def warning(self, msg: str) -> None:
+        self.warnings.append(msg)
+
+
+def started_run(instance, key: str, beat_age_s: float | None, **tags):
+    if beat_age_s is not None:
+        tags[TAG] = f"{time.time() - beat_age_s:.3f}"
+    return create_run_for_test(instance, status=DagsterRunStatus.STARTED, tags={PARTITION_NAME_TAG: key, **tags})
+
+
+def status(instance, run) -> DagsterRunStatus:
+    return instance.get_run_by_id(run.run_id).status
+
+
+def test_only_started_runs_of_the_topic_that_stopped_beating_are_failed_saying_why(instance):
+    key = OffsetRange("orders", 0, 0, 100).key
+    dead = started_run(instance, key, beat_age_s=200)
+    slow = started_run(instance, key, beat_age_s=10)  # a long Spark job: beating, however slow the work
+    never = started_run(instance, key, beat_age_s=None)  # not at its first beat yet: not judged by beats
+    other_topic = started_run(instance, OffsetRange("payments", 0, 0, 100).key, beat_age_s=200)
+    log = Log()
+
+    assert fail_dead_runs(instance, "orders", T, log) == [dead.run_id]
+
+    assert status(instance, dead) == DagsterRunStatus.FAILURE
+    assert {status(instance, r) for r in (slow, never, other_topic)} == {DagsterRunStatus.STARTED}
+    (warning,) = log.warnings
+    assert dead.run_id in warning and "MATOS_DEAD_RUN_AFTER_S" in warning
+    failure = instance.all_logs(dead.run_id, of_type=DagsterEventType.RUN_FAILURE)
+    assert failure and "has not written its heartbeat" in failure[-1].message
+    # A second pass finds nothing more to fail (the dead run is no longer STARTED).
+    assert fail_dead_runs(instance, "orders", T, Log()) == []
+
+
+def test_the_lag_sensor_fails_a_run_that_stopped_beating_and_requests_its_range_again_in_the_same_tick(
+        kafka, instance, new_topic, monkeypatch):
+    monkeypatch.setenv("MATOS_HEARTBEAT_S", "15")
+    monkeypatch.setenv("MATOS_DEAD_RUN_AFTER_S", "90")
+    name = new_topic()
+    produce(kafka, name, [(b"k", b"v", [])] * 120)
+    topic = TopicConfig(name, group=f"g-{uuid.uuid4().hex[:6]}", batch_records=100, batch_age_s=3600)
+    sensor = lag_sensor(topic, ranges_partitions(topic), 30)
+    cursor = None
+
+    def tick():
+        nonlocal cursor
+        result = sensor(build_sensor_context(instance=instance, cursor=cursor, sensor_name=sensor.name,
+                                             resources={"kafka": kafka}))
+        cursor = result.cursor
+        return result
+
+    (request,) = tick().run_requests
+    r = parse_key(request.partition_key)
+    # The daemon launched it; it beat, then its process (and its code server) died 100 s ago.
+    run = started_run(instance, request.partition_key, beat_age_s=100,
+                      **{RUN_KEY_TAG: request.run_key, SENSOR_NAME_TAG: sensor.name})
+
+    result = tick()
+
+    assert status(instance, run) == DagsterRunStatus.FAILURE
+    (again,) = result.run_requests
+    assert parse_key(again.partition_key) == r and again.run_key == f"{r.key}#2"
+    assert "failed; requested again" in again.tags["matos/reason"]
+
+
+def test_a_live_run_that_beats_stays_in_flight_however_long_it_runs(kafka, instance, new_topic, monkeypatch):
+    monkeypatch.setenv("MATOS_HEARTBEAT_S", "15")
+    monkeypatch.setenv("MATOS_DEAD_RUN_AFTER_S", "90")
+    name = new_topic()
+    produce(kafka, name, [(b"k", b"v", [])] * 120)
+    topic = TopicConfig(name, group=f"g-{uuid.uuid4().hex[:6]}", batch_records=100, batch_age_s=3600)
+    sensor = lag_sensor(topic, ranges_partitions(topic), 30)
+    first = sensor(build_sensor_context(instance=instance, sensor_name=sensor.name, resources={"kafka": kafka}))
+    (request,) = first.run_requests
+    # Started long ago (an hour of Spark), still beating: never failed.
+    run = started_run(instance, request.partition_key, beat_age_s=5,
+                      **{RUN_KEY_TAG: request.run_key, SENSOR_NAME_TAG: sensor.name})
+    result = sensor(build_sensor_context(instance=instance, cursor=first.cursor, sensor_name=sensor.name,
+                                         resources={"kafka": kafka}))
+    assert status(instance, run) == DagsterRunStatus.STARTED
+    assert not result.run_requests and "is in flight" in result.skip_reason.skip_message
+
+
+def _claiming_run(instance, r: OffsetRange, beat_age_s: float):
+    where = f"{r.topic}/{r.partition}"
+    return started_run(instance, r.key, beat_age_s, **{TOPIC_PARTITION_TAG: where, CLAIM_TAG: f"{time.time() - 300:.6f}"})
+
+
+def test_a_run_waiting_for_its_turn_does_not_wait_for_a_dead_run_but_waits_for_a_live_one(instance):
+    r = OffsetRange("orders", 3, 0, 100)
+    _claiming_run(instance, r, beat_age_s=200)  # dead: claimed first, then stopped beating
+    me = create_run_for_test(instance, status=DagsterRunStatus.STARTED)
+    told: list[str] = []
+    take_turn(instance, me.run_id, r, say=told.append, poll_s=0.05, thresholds=T)
+    assert told == [], "the waiting run waited for a dead run"
+    instance.report_run_failed(instance.get_run_by_id(me.run_id), "ended by the test")  # its turn is over
+
+    live = _claiming_run(instance, r, beat_age_s=5)
+    other = create_run_for_test(instance, status=DagsterRunStatus.STARTED)
+    told.clear()
+    done = threading.Event()
+    waiter = threading.Thread(
+        target=lambda: (take_turn(instance, other.run_id, r, say=told.append, poll_s=0.05, thresholds=T), done.set()))
+    waiter.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not told and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert told and live.run_id in told[0], "the waiting run did not wait for a live run ahead of it"
+        assert not done.is_set()
+    finally:
+        instance.report_run_failed(instance.get_run_by_id(live.run_id), "ended by the test")
+        waiter.join(60)
+    assert done.is_set(), "the waiting run did not take its turn once the live run ended"
