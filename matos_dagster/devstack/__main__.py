@@ -6,7 +6,9 @@
     status  print each process's state, PID, port and log file; exit 0 if all run, else 1
 
 Settings (see matos_dagster/settings.py): MATOS_DEVSTACK_DIR, MATOS_DEVSTACK_CACHE,
-MATOS_DEVSTACK_KAFKA_PORT, MATOS_DEVSTACK_SWIFT_PORT, MATOS_DEVSTACK_SPARK_PORT.
+MATOS_DEVSTACK_KAFKA_PORT, MATOS_DEVSTACK_SWIFT_PORT, MATOS_DEVSTACK_SPARK_PORT; and
+MATOS_DEVSTACK_DAGSTER_STORAGE=postgres, with which `up` also starts a PostgreSQL server for
+the production instance (dagster.postgres.yaml) and prints its DAGSTER_PG_* settings.
 
 The Spark Connect server reuses its Python workers, which keep the modules they imported:
 after changing the project's code, run `down` and `up` again for Spark tasks to see it.
@@ -32,6 +34,8 @@ from matos_dagster.devstack.stack import (
     keystone_server,
     local_stack,
     locked,
+    postgres_enabled,
+    postgres_server,
     servers,
 )
 from matos_dagster.devstack.keystone import KEYSTONE_VERSION
@@ -94,6 +98,20 @@ def up(args: argparse.Namespace) -> int:
                 kafka.stop()
             raise
         _say(f"Spark Connect {spark.version}: {_how(spark_was_running, t)}")
+        postgres = postgres_server() if postgres_enabled() else None
+        if postgres is not None:
+            postgres_was_running = postgres.running()
+            t = time.monotonic()
+            try:
+                postgres.start()  # stops it again if it fails
+            except BaseException:
+                for server, was_running in ((spark, spark_was_running), (swift, swift_was_running),
+                                            (keystone, keystone is None or keystone_was_running),
+                                            (kafka, kafka_was_running)):
+                    if not was_running:
+                        server.stop()
+                raise
+            _say(f"PostgreSQL: {_how(postgres_was_running, t)}")
 
     print(f"\nThe local stack is up ({time.monotonic() - began:.1f} s).")
     print(f"  Kafka bootstrap servers  {kafka.bootstrap_servers}")
@@ -108,6 +126,14 @@ def up(args: argparse.Namespace) -> int:
                          f"['archiver_password'])\")")
             print(f"    export {name}={value}")
     print(f"  Spark Connect            {spark.url}  ({spark.master})")
+    if postgres is not None:
+        print(f"  PostgreSQL               {postgres.url().replace(postgres.password, '***')}")
+        print("  For the production instance (dagster.postgres.yaml in DAGSTER_HOME):")
+        for name, value in postgres.instance_env().items():
+            if name == "DAGSTER_PG_PASSWORD":  # read from the file, not shown
+                value = (f"$({sys.executable} -c \"import json; print(json.load(open('{postgres.state_file}'))"
+                         f"['password'])\")")
+            print(f"    export {name}={value}")
     _hint("MATOS_KAFKA_BOOTSTRAP_SERVERS", kafka.bootstrap_servers)
     _hint("MATOS_SWIFT_AUTH_URL", keystone.auth_url if keystone else swift.auth_url)
     _hint("MATOS_SPARK_MASTER", spark.url)
@@ -126,6 +152,7 @@ def down(args: argparse.Namespace) -> int:
         stack.spark.stop()
         stack.swift.stop()
         keystone_server().stop()  # if it runs, whatever MATOS_DEVSTACK_AUTH says now
+        postgres_server().stop()  # likewise, whatever MATOS_DEVSTACK_DAGSTER_STORAGE says
         stack.kafka.stop()
     if not running:
         print("The local stack was not running.")

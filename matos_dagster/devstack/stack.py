@@ -5,6 +5,8 @@ under `MATOS_DEVSTACK_DIR`.
       data/kafka/    the broker's data folder (see kafka.py)
       data/swift/    Swift's data folder (see swift.py)
       data/spark/    the Spark Connect server's data folder (see spark.py)
+      data/postgres/ PostgreSQL for a production-like Dagster instance, with
+                     MATOS_DEVSTACK_DAGSTER_STORAGE=postgres (see postgres.py)
       cache/         downloads: Kafka's jars, Swift's venv (MATOS_DEVSTACK_CACHE moves it)
 
 `local_stack()` builds the three server objects from the settings; starting, stopping and
@@ -17,6 +19,7 @@ import configparser
 import contextlib
 import fcntl
 import itertools
+import os
 from pathlib import Path
 from typing import NamedTuple
 
@@ -24,6 +27,7 @@ from matos_dagster import settings
 from matos_dagster.devstack import process
 from matos_dagster.devstack.kafka import KafkaServer
 from matos_dagster.devstack.keystone import KeystoneServer
+from matos_dagster.devstack.postgres import PostgresServer
 from matos_dagster.devstack.spark import SparkConnectServer
 from matos_dagster.devstack.swift import BACKENDS, SwiftServer
 
@@ -32,6 +36,9 @@ SWIFT_PORT_SETTING = "MATOS_DEVSTACK_SWIFT_PORT"
 SPARK_PORT_SETTING = "MATOS_DEVSTACK_SPARK_PORT"
 AUTH_SETTING = "MATOS_DEVSTACK_AUTH"
 KEYSTONE_PORT_SETTING = "MATOS_DEVSTACK_KEYSTONE_PORT"
+# `sqlite` (the default: `make run`'s embedded instance) or `postgres`: `up` also starts the
+# PostgreSQL server of dagster.postgres.yaml. Read here only: the product never sees it.
+DAGSTER_STORAGE_SETTING = "MATOS_DEVSTACK_DAGSTER_STORAGE"
 
 
 class StackError(Exception):
@@ -82,6 +89,18 @@ def keystone_server() -> KeystoneServer:
     """The local Keystone (data/keystone), whether or not MATOS_DEVSTACK_AUTH asks for it (`down` stops it anyway)."""
     return KeystoneServer(devstack_dir() / "data" / "keystone", cache_dir(), port=_port(KEYSTONE_PORT_SETTING),
                           swift_url=f"http://127.0.0.1:{_port(SWIFT_PORT_SETTING)}")
+
+
+def postgres_enabled() -> bool:
+    storage = os.environ.get(DAGSTER_STORAGE_SETTING, "sqlite").strip().lower()
+    if storage not in ("sqlite", "postgres"):
+        raise StackError(f"{DAGSTER_STORAGE_SETTING} is {storage!r}; use sqlite or postgres")
+    return storage == "postgres"
+
+
+def postgres_server() -> PostgresServer:
+    """The local PostgreSQL (data/postgres; its port is picked at its first start and kept)."""
+    return PostgresServer(devstack_dir() / "data" / "postgres")
 
 
 def check_ports(stack: LocalStack) -> None:
@@ -174,4 +193,7 @@ def servers(stack: LocalStack) -> list[Server]:
     keystone = keystone_server()
     if keystone_enabled() or keystone.running():
         rows.append(Server("keystone", keystone.pid(), keystone.port, keystone.log_file))
+    postgres = postgres_server()
+    if postgres_enabled() or postgres.running():
+        rows.append(Server("postgres", postgres.pid(), postgres.port or None, postgres.log_file))
     return rows

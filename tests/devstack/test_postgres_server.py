@@ -4,7 +4,9 @@ stopped by PID, and dagster.postgres.yaml an instance on it with dagster.yaml's 
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import tempfile
 
 import psycopg2
 import pytest
@@ -123,3 +125,36 @@ def test_the_production_instance_keeps_runs_in_postgres_and_names_a_missing_sett
         finally:
             if saved is not None:
                 os.environ["DAGSTER_PG_PASSWORD"] = saved
+
+
+def test_the_local_stack_runs_postgres_only_when_asked_and_down_stops_it(monkeypatch, capsys):
+    from matos_dagster.devstack.__main__ import main
+    from matos_dagster.devstack.stack import StackError, local_stack, postgres_enabled, postgres_server, servers
+
+    folder = tempfile.mkdtemp(prefix="matos-stack-")
+    os.chmod(folder, 0o711)  # as root the server runs as another user, who must reach its data
+    monkeypatch.setenv("MATOS_DEVSTACK_DIR", folder)
+    try:
+        monkeypatch.delenv("MATOS_DEVSTACK_DAGSTER_STORAGE", raising=False)
+        assert not postgres_enabled()
+        assert "postgres" not in [s.name for s in servers(local_stack())]
+        monkeypatch.setenv("MATOS_DEVSTACK_DAGSTER_STORAGE", "mysql")
+        with pytest.raises(StackError, match="MATOS_DEVSTACK_DAGSTER_STORAGE is 'mysql'; use sqlite or postgres"):
+            postgres_enabled()
+
+        monkeypatch.setenv("MATOS_DEVSTACK_DAGSTER_STORAGE", "postgres")
+        server = postgres_server()
+        server.start()
+        try:
+            (row,) = [s for s in servers(local_stack()) if s.name == "postgres"]
+            assert row.pid == server.pid() and row.port == server.port
+            # `down` stops it, whatever the setting says by then.
+            monkeypatch.setenv("MATOS_DEVSTACK_DAGSTER_STORAGE", "sqlite")
+            pid = server.pid()
+            assert main(["down"]) == 0
+            assert f"stopped postgres        PID {pid}" in capsys.readouterr().out
+            assert server.pid() is None and not process.pid_alive(pid)
+        finally:
+            server.stop()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
