@@ -19,7 +19,7 @@ from typing import Callable
 from urllib.parse import urlsplit
 
 from matos_dagster import iceberg_plan, layout, settings
-from matos_dagster.archived import RANGE, PartitionArchive, archived_partitions
+from matos_dagster.archived import RANGE, Entry, PartitionArchive, archived_partitions
 from matos_dagster.iceberg_plan import Step, TableError
 from matos_dagster.manifest import Manifest
 from matos_dagster.store import Store
@@ -345,9 +345,36 @@ def keep_table(store: Store, prefix: str, topic, partition: int, say: Callable[[
     """The archive's hook after a range's manifest: bring the topic's table up to date (no-op when off)."""
     if not enabled() or topic.format != "parquet":
         return []
-    steps = Tables(store).sync(prefix, topic.name, partition, say)
+    try:
+        steps = Tables(store).sync(prefix, topic.name, partition, say)
+    except Exception as e:  # noqa: BLE001 - the catalog's, S3's or pyiceberg's own: say what holds
+        raise TableError(
+            f"{topic.name}/{partition}: the range is archived and its offset committed, but the topic's Iceberg "
+            f"table could not be updated ({type(e).__name__}: {e}). The next run of the partition catches the table "
+            "up; check MATOS_ICEBERG_CATALOG and MATOS_S3_*, or rebuild it (the iceberg_table job, rebuild: true)"
+        ) from None
     return [f"Iceberg table of {topic.name}: +{sum(len(s.adds) for s in steps)} object(s), "
             f"{sum(s.records for s in steps)} records" ] if steps else []
+
+
+def keep_compacted(store: Store, prefix: str, topic, partition: int, spans: list[tuple[int, int]],
+                   say: Callable[[str], None] = log.info) -> list[str]:
+    """Compaction's hook, after a switch and again before the replaced folders are deleted: the
+    compacted ranges' objects replace the small ranges' files in the table, one commit each
+    (idempotent: a range already replaced costs a look at the table's metadata, no commit)."""
+    if not enabled() or topic.format != "parquet" or not spans:
+        return []
+    tables = Tables(store)
+    # First catch up: a compacted range across the watermark is replaced by catching up.
+    tables.sync(prefix, topic.name, partition, say)
+    archive = PartitionArchive(store, prefix, topic.name, partition)
+    out = []
+    for start, end in spans:
+        doc = archive.read(Entry(start, end, RANGE))
+        if doc is not None and tables.replace(topic.name, Manifest.from_json(doc)):
+            out.append(f"Iceberg table of {topic.name}: [{start}, {end}) replaces the ranges it compacted")
+            say(out[-1])
+    return out
 
 
 def duckdb_connection(s3: S3 | None = None):
