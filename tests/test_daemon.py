@@ -6,6 +6,12 @@ Records are produced, and the lag sensor, the run queue and the archive asset mu
 the consumer group to the log end with nobody asking; then, with no new records, the
 sensor must stay quiet; and the UI must show the asset, its offset ranges and its monitor
 check.
+
+Each test runs on the local instance (dagster.yaml: sqlite); those in ON_POSTGRES run again on
+the production instance (dagster.postgres.yaml) with a real PostgreSQL server the module
+starts (tests/pg_server.py): the same sensor, queue, limits and runs on Dagster's production
+storage. The others (the UI, the long quiet period) say nothing about the storage, and the
+module's time budget is spent on those that do.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from dagster._core.scheduler.instigation import InstigatorType, TickStatus
 
 from browser import dump_dom, ensure_chromium, screenshot
 from helpers import check_archive, manifests, produce, read_archive, read_kafka
+from pg_server import PRODUCTION_INSTANCE, environment, new_database, running_postgres
 from matos_dagster.devstack.process import free_port
 from matos_dagster.resources import SwiftResource
 from matos_dagster.settings import PROJECT_ROOT
@@ -42,6 +49,22 @@ INTERVAL_S = 5
 GROUP = "matos-archiver"
 SENSOR_TAG = "dagster/sensor_name"
 _TERMINAL = {DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
+ON_POSTGRES = {
+    "test_the_daemon_archives_new_records_by_itself",
+    "test_an_archive_run_is_followed_by_a_monitor_run",
+    "test_with_no_new_records_the_sensor_skips_and_launches_nothing",
+}
+
+
+def pytest_generate_tests(metafunc):
+    """`dev` on sqlite for every test, and on PostgreSQL too for those in ON_POSTGRES.
+
+    Module-scoped: pytest runs every sqlite test on one `dagster dev`, then the PostgreSQL
+    ones on another (test ids end in [sqlite] or [postgres]).
+    """
+    if "dev" in metafunc.fixturenames:
+        storages = ["sqlite", "postgres"] if metafunc.function.__name__ in ON_POSTGRES else ["sqlite"]
+        metafunc.parametrize("dev", storages, indirect=True, scope="module")
 
 
 @dataclass
@@ -54,6 +77,7 @@ class Dev:
     asset: str
     container: str
     instance: DagsterInstance
+    storage: str = "sqlite"
 
     @property
     def lag_sensor(self) -> str:
@@ -145,8 +169,21 @@ def _stop_group(proc: subprocess.Popen, term_timeout: float = 60) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def dev(tmp_path_factory, kafka, kafka_server, swift_server, connect_server):
-    tmp = tmp_path_factory.mktemp("daemon")
+def dev(request, tmp_path_factory, kafka, kafka_server, swift_server, connect_server):
+    with contextlib.ExitStack() as stack:
+        if request.param == "postgres":
+            server = stack.enter_context(running_postgres())  # stopped after dagster dev
+            yield from _dagster_dev(tmp_path_factory, kafka, kafka_server, swift_server, connect_server,
+                                    PRODUCTION_INSTANCE, server.instance_env(new_database(server, "daemon")),
+                                    "postgres")
+        else:
+            yield from _dagster_dev(tmp_path_factory, kafka, kafka_server, swift_server, connect_server,
+                                    PROJECT_ROOT / "dagster.yaml", {}, "sqlite")
+
+
+def _dagster_dev(tmp_path_factory, kafka, kafka_server, swift_server, connect_server, instance_yaml: Path,
+                 instance_env: dict[str, str], storage: str):
+    tmp = tmp_path_factory.mktemp(f"daemon-{storage}")
     topic = f"daemon-{uuid.uuid4().hex[:8]}"
     admin = kafka.admin()  # must outlive the future, or the request is cancelled
     futures = admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])
@@ -162,7 +199,7 @@ def dev(tmp_path_factory, kafka, kafka_server, swift_server, connect_server):
     )
     home = tmp / "dagster_home"
     home.mkdir()
-    (home / "dagster.yaml").write_text((PROJECT_ROOT / "dagster.yaml").read_text())
+    (home / "dagster.yaml").write_text(instance_yaml.read_text())
     container = f"daemon-{uuid.uuid4().hex[:8]}"
     env = {
         **os.environ,
@@ -174,13 +211,15 @@ def dev(tmp_path_factory, kafka, kafka_server, swift_server, connect_server):
         "MATOS_SWIFT_AUTH_URL": swift_server.auth_url,
         "MATOS_SWIFT_CONTAINER": container,
         "MATOS_SPARK_MASTER": connect_server.url,  # as `make run`: runs are clients of one Spark
+        **instance_env,  # DAGSTER_PG_*: where dagster.postgres.yaml's storage is
     }
     # Create the instance's storage before dagster dev starts: its processes and ours must not
-    # race to create the same SQLite schemas.
-    instance = DagsterInstance.from_config(str(home))
+    # race to create the same schemas.
+    with environment(instance_env):
+        instance = DagsterInstance.from_config(str(home))
     port = free_port()
     LOGS.mkdir(parents=True, exist_ok=True)
-    log = LOGS / "dagster-dev.log"
+    log = LOGS / ("dagster-dev.log" if storage == "sqlite" else f"dagster-dev-{storage}.log")
     with open(log, "w") as out:
         # Its own session: the whole tree (webserver, daemon, code servers, run workers, JVMs)
         # is one process group we can signal, and no signal for pytest reaches it by accident.
@@ -190,7 +229,7 @@ def dev(tmp_path_factory, kafka, kafka_server, swift_server, connect_server):
             start_new_session=True,
         )
     d = Dev(proc, f"http://127.0.0.1:{port}", home, log, topic, "archive_" + topic.replace("-", "_"),
-            container, instance)
+            container, instance, storage)
     try:
         def answers():
             try:
