@@ -42,26 +42,41 @@ _TYPE_NAMES = pa.array([TIMESTAMP_TYPES[i] for i in range(len(TIMESTAMP_TYPES))]
 class Batch:
     """Records gathered column by column until they are written out as one object.
 
-    `add` runs once per record, so it only appends: headers go to one flat list for the
-    whole batch (with the index where each record's end), and timestamp types stay numbers. The Arrow
-    columns are built from those in C when the batch is written, not record by record.
+    `add` runs once per record, so it only appends: headers go to one flat list (with the
+    index where each record's end), and timestamp types stay numbers. Every `chunk_bytes` of
+    records those lists become one Arrow record batch, built in C, and are emptied: Python
+    objects per record (about 180 bytes each beyond the data) are held for one chunk only,
+    not for the whole object, so a task's peak stays near two objects' worth of Arrow data
+    (the chunks, then one contiguous copy of them to write). The written bytes do not depend
+    on the chunking: `table()` combines the chunks into the arrays one build would give.
     """
 
-    def __init__(self, topic: str, partition: int):
+    def __init__(self, topic: str, partition: int, chunk_bytes: int = 4 * 1024**2):
         self.topic = topic
         self.partition = partition
+        self.chunk_bytes = chunk_bytes
+        self._chunks: list[pa.RecordBatch] = []
+        self._rows = 0  # rows in the chunks
+        self._new_lists()
+        self.nbytes = 0
+        self._chunk_start_nbytes = 0
+        self.largest = 0  # the largest record's size (a restore checks it against the target)
+        self.first_offset: int | None = None
+        self.last_offset: int | None = None
+        self.min_timestamp: int | None = None
+        self.max_timestamp: int | None = None
+
+    def _new_lists(self) -> None:
         self.offsets: list[int] = []
         self.timestamps: list[int | None] = []
-        self.timestamp_types: list[int] = []  # confluent-kafka's numbers, named in table()
+        self.timestamp_types: list[int] = []  # confluent-kafka's numbers, named in _seal()
         self.keys: list[bytes | None] = []
         self.values: list[bytes | None] = []
         self.header_pairs: list[tuple[str, bytes | None]] = []
         self.header_ends: list[int] = []  # record i's headers end at header_pairs[header_ends[i]]
-        self.nbytes = 0
-        self.largest = 0  # the largest record's size (a restore checks it against the target)
 
     def __len__(self) -> int:
-        return len(self.offsets)
+        return self._rows + len(self.offsets)
 
     def add(self, offset: int, ts_type: int, ts: int, key, value, headers, size: int) -> None:
         self.offsets.append(offset)
@@ -75,9 +90,22 @@ class Batch:
         self.nbytes += size
         if size > self.largest:
             self.largest = size
+        if self.nbytes - self._chunk_start_nbytes >= self.chunk_bytes:
+            self._seal()
 
-    def table(self) -> pa.Table:
+    def _seal(self) -> None:
+        """Turn the records gathered in Python lists into one Arrow record batch."""
         n = len(self.offsets)
+        if not n:
+            return
+        if self.first_offset is None:
+            self.first_offset = self.offsets[0]
+        self.last_offset = self.offsets[-1]
+        known = [t for t in self.timestamps if t is not None]
+        if known:
+            lo, hi = min(known), max(known)
+            self.min_timestamp = lo if self.min_timestamp is None else min(self.min_timestamp, lo)
+            self.max_timestamp = hi if self.max_timestamp is None else max(self.max_timestamp, hi)
         types = self.timestamp_types
         if set(types) <= set(range(len(TIMESTAMP_TYPES))):
             type_names = _TYPE_NAMES.take(pa.array(types, pa.int8()))
@@ -91,7 +119,7 @@ class Batch:
             ),
             type=HEADERS,
         )
-        return pa.Table.from_arrays(
+        self._chunks.append(pa.RecordBatch.from_arrays(
             [
                 pa.array([self.topic] * n, pa.string()),
                 pa.array([self.partition] * n, pa.int32()),
@@ -103,16 +131,29 @@ class Batch:
                 headers,
             ],
             schema=SCHEMA,
-        )
+        ))
+        self._rows += n
+        self._chunk_start_nbytes = self.nbytes
+        self._new_lists()
+
+    def table(self) -> pa.Table:
+        """The records as one table of contiguous arrays (the chunks are released)."""
+        self._seal()
+        chunks, self._chunks = self._chunks, []
+        table = pa.Table.from_batches(chunks, schema=SCHEMA)
+        del chunks
+        # One contiguous copy: Parquet's bytes depend on how a column is chunked, and these
+        # must be the bytes one build of the whole object gives (a retry rewrites them exactly).
+        return table.combine_chunks()
 
     def stats(self) -> dict:
-        known = [t for t in self.timestamps if t is not None]
+        self._seal()
         return {
-            "records": len(self.offsets),
-            "first_offset": self.offsets[0],
-            "last_offset": self.offsets[-1],
-            "min_timestamp": min(known) if known else None,
-            "max_timestamp": max(known) if known else None,
+            "records": len(self),
+            "first_offset": self.first_offset,
+            "last_offset": self.last_offset,
+            "min_timestamp": self.min_timestamp,
+            "max_timestamp": self.max_timestamp,
         }
 
 
