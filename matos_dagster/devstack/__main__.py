@@ -48,6 +48,7 @@ def up(args: argparse.Namespace) -> int:
     began = time.monotonic()
     stack = local_stack()
     kafka, swift, spark = stack
+    postgres = postgres_server() if postgres_enabled() else None  # a wrong setting fails before anything starts
     with locked():
         check_ports(stack)
         if not kafka.installed():
@@ -98,7 +99,6 @@ def up(args: argparse.Namespace) -> int:
                 kafka.stop()
             raise
         _say(f"Spark Connect {spark.version}: {_how(spark_was_running, t)}")
-        postgres = postgres_server() if postgres_enabled() else None
         if postgres is not None:
             postgres_was_running = postgres.running()
             t = time.monotonic()
