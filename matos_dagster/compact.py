@@ -46,7 +46,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from matos_dagster import layout, manifest, records
+from matos_dagster import iceberg, layout, manifest, records
 from matos_dagster.archived import RANGE, Entry, Folder, PartitionArchive, effective
 from matos_dagster.ranges import OffsetRange
 from matos_dagster.spark_tasks import run_tasks
@@ -353,6 +353,10 @@ def compact_partition(
             doomed.append(f)
         elif pending_cleanup is None or held.start < pending_cleanup:
             pending_cleanup = held.start
+    # The topic's Iceberg table must stop naming these folders' objects before they go (a crash
+    # after an earlier switch left it naming them): their compacted ranges replace them there first.
+    res.notes += iceberg.keep_compacted(store, prefix, topic, partition,
+                                        sorted({holder(f.span, outer, starts).span for f in doomed}), say)
     _delete_folders(store.params, archive, doomed, say)
     res.folders_deleted += len(doomed)
     # Objects in a compacted folder that its manifest does not list: an earlier attempt with
@@ -385,6 +389,7 @@ def compact_partition(
                 pending_cleanup = g.start
         elif unswitched is None:
             unswitched = g.start
+    res.notes += iceberg.keep_compacted(store, prefix, topic, partition, res.groups, say)  # the Iceberg table
 
     # The cursor: where the next walk must start to see every group still to compact and every
     # folder still to delete. Only ever a group boundary, and only ever moved forward.

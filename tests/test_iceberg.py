@@ -15,8 +15,10 @@ import pytest
 from helpers import check_archive, produce, read_kafka, table_rows
 from matos_dagster import layout, records
 from matos_dagster.archive import archive_range
+from matos_dagster.compact import compact_topic
 from matos_dagster.iceberg import Tables, duckdb_connection, marks_of, table_files
 from matos_dagster.iceberg_plan import summary
+from matos_dagster.jobs.iceberg import iceberg_job
 from matos_dagster.ranges import OffsetRange
 from matos_dagster.topics import TopicConfig
 
@@ -39,11 +41,10 @@ def test_the_table_holds_exactly_the_archived_records_after_a_killed_run_and_a_s
         kafka, swift, spark, new_topic, tables_on):
     topic = new_topic(partitions=2)
     produce(kafka, topic, ((f"k{i}".encode(), f"v{i}".encode(), [("h", b"\x00")], i % 2) for i in range(300)))
-    cfg = TopicConfig(name=topic, group=f"g-{uuid.uuid4().hex[:8]}", slice_records=40)
+    cfg = TopicConfig(name=topic, group=f"g-{uuid.uuid4().hex[:8]}")
     with swift.store() as store:
         prefix = layout.join(store.params.prefix, cfg.prefix)
-        for p in (0, 1):
-            archive_range(OffsetRange(topic, p, 0, 60), cfg, kafka, store, spark)
+        archive_range(OffsetRange(topic, 0, 0, 60), cfg, kafka, store, spark)
         # A run killed between its manifest and its table commit leaves what a run with the
         # table off leaves: the manifest written, the offset committed, the table behind.
         tables_on.setenv("MATOS_ICEBERG_TABLES", "false")
@@ -56,7 +57,7 @@ def test_the_table_holds_exactly_the_archived_records_after_a_killed_run_and_a_s
         # The next run of partition 0 repairs the table: [60, 100) and [100, 120) in one commit.
         done = archive_range(OffsetRange(topic, 0, 100, 120), cfg, kafka, store, spark)
         assert any("Iceberg table" in n for n in done.notes)
-        archive_range(OffsetRange(topic, 1, 60, 150), cfg, kafka, store, spark)
+        archive_range(OffsetRange(topic, 1, 0, 150), cfg, kafka, store, spark)
 
         committed = check_archive(kafka, store, topic, cfg.group)
         assert committed == {0: 120, 1: 150}
@@ -78,7 +79,7 @@ def test_the_table_holds_exactly_the_archived_records_after_a_killed_run_and_a_s
 
         report = tables.check(prefix, topic)
         assert report.ok, report.problems
-        assert report.table_records == len(expected) and report.ranges == 5
+        assert report.table_records == len(expected) and report.ranges == 4
 
         # Rebuilt from the manifests alone, the table holds the same records.
         assert tables.rebuild(prefix, topic) == len(expected)
@@ -103,3 +104,52 @@ def test_the_check_finds_a_table_that_lost_a_range(kafka, swift, spark, new_topi
         report = tables.check(prefix, topic)
         assert not report.ok
         assert report.problems == [f"{lost} is in a manifest but not in the table"]
+
+    # The job checks (and fails, naming the file), then rebuilds the table from the manifests.
+    job = iceberg_job([cfg])
+    checked = job.execute_in_process(run_config={"ops": {"iceberg_table": {"config": {"topic": topic}}}},
+                                     resources={"swift": swift}, raise_on_error=False)
+    assert not checked.success
+    failure = checked.get_step_failure_events()[0].event_specific_data
+    assert "differs from its manifests" in failure.error.message
+    assert lost in failure.user_failure_data.metadata["problems"].md_str
+    rebuilt = job.execute_in_process(run_config={"ops": {"iceberg_table": {"config": {"topic": topic, "rebuild": True}}}},
+                                     resources={"swift": swift})
+    assert rebuilt.output_for_node("iceberg_table") == 60
+
+
+def test_compaction_replaces_the_small_ranges_files_in_the_table_and_a_missed_replacement_is_repaired(
+        kafka, swift, spark, new_topic, tables_on):
+    topic = new_topic()
+    produce(kafka, topic, ((f"k{i}".encode(), bytes(100), []) for i in range(40)))
+    # Two ranges of 10 records (about 1,000 record bytes each) make a group.
+    cfg = TopicConfig(name=topic, group=f"g-{uuid.uuid4().hex[:8]}", compact_bytes=1500,
+                      compact_min_age_s=0.0, compact_grace_s=0.0)
+    with swift.store() as store:
+        prefix = layout.join(store.params.prefix, cfg.prefix)
+        for a in range(0, 40, 10):
+            archive_range(OffsetRange(topic, 0, a, a + 10), cfg, kafka, store, spark)
+        committed = kafka.committed(topic, [0], cfg.group)
+        # The first switch, [0, 20), as a run killed before its table commit leaves it: the table
+        # still names the small ranges' objects.
+        tables_on.setenv("MATOS_ICEBERG_TABLES", "false")
+        assert compact_topic(cfg, committed, store, spark, max_groups=1).partitions[0].groups == [(0, 20)]
+        tables_on.setenv("MATOS_ICEBERG_TABLES", "true")
+        # The next run replaces them in the table before it deletes their folders, then switches
+        # [20, 40) and replaces its ranges' files right after.
+        done = compact_topic(cfg, committed, store, spark).partitions[0]
+        assert done.groups == [(20, 40)] and done.folders_deleted == 2
+
+        tables = Tables(store)
+        table = tables.table(topic, create=False)
+        compacted = {f"s3://{store.container}/{o['name']}" for a, b in ((0, 20), (20, 40))
+                     for o in store.get_json(layout.manifest_name(prefix, OffsetRange(topic, 0, a, b)))["objects"]}
+        assert set(table_files(table)) == compacted
+        assert table.current_snapshot().summary.operation.value == "overwrite"
+        con = duckdb_connection(tables.s3)
+        try:  # every file the table names is still there: DuckDB reads them all
+            answer = con.execute(f"SELECT * FROM iceberg_scan('{table.metadata_location}')").fetch_arrow_table()
+        finally:
+            con.close()
+        assert as_rows(answer) == read_kafka(kafka, topic, 0, 0, 40)
+        assert tables.check(prefix, topic).ok
