@@ -9,7 +9,7 @@ export DAGSTER_HOME := $(MATOS_DEVSTACK_DIR)/dagster
 DAGSTER_PORT ?= 3000
 PYTEST_TIMEOUT ?= 1200
 
-.PHONY: install run up down status demo test test-all bench bench-history bench-compaction clean
+.PHONY: install run up down status demo test test-all bench bench-history bench-compaction bench-ui clean
 
 install: $(STAMP)
 
@@ -61,6 +61,7 @@ bench: install
 	$(BIN)/python -m matos_dagster.bench --latency $(BENCH_ARGS)
 	$(BIN)/python -m matos_dagster.bench --history $(HISTORY_ARGS)
 	$(BIN)/python -m matos_dagster.bench.compaction
+	$(BIN)/python -m matos_dagster.bench.ui $(UI_ARGS)
 
 # The growth workload alone (N = 0, 10,000, 100,000 ranges already archived); HISTORY_ARGS=--quick
 # for 0 and 10,000, or e.g. HISTORY_ARGS="--history-n 0,100000,1000000".
@@ -73,3 +74,8 @@ clean: down
 # A day of small ranges compacted: objects, bytes, and one hour's read before and after.
 bench-compaction: install
 	$(BIN)/python -m matos_dagster.bench.compaction
+
+# The asset's Overview and Partitions pages in dagster-webserver after a simulated year with
+# retention (4 x MATOS_KEEP_KEYS keys), then at 100,000 keys (bench/ui.py; about 10 minutes).
+bench-ui: install
+	$(BIN)/python -m matos_dagster.bench.ui $(UI_ARGS)
