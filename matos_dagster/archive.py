@@ -7,8 +7,10 @@
    archived prefix, as Swift (not any local state) tells it.
 
 A crash between any two steps leaves nothing wrong: a retry rewrites the same objects, and
-the commit step recomputes its target from Swift. No Dagster imports: the asset is a thin
-shell around `archive_range`.
+the commit step recomputes its target from Swift. A range already archived (its manifest
+there, the group's offset at or past its end) is only verified against its manifest: nothing
+is rewritten and no Spark task runs. No Dagster imports: the asset is a thin shell around
+`archive_range`.
 """
 
 from __future__ import annotations
@@ -61,16 +63,22 @@ class Archived:
     range: OffsetRange
     manifest_name: str
     manifest: dict
-    verified_only: bool  # the records had expired from Kafka; the existing archive was verified
+    verified_only: bool  # the existing archive was verified, nothing written (expired, or already archived)
     committed_before: int | None
     committed_after: int | None
     duration_s: float
     slices: int = 0
     notes: list[str] = field(default_factory=list)
+    already_archived: bool = False  # its manifest was there (committed, or records expired): verified only
+    log_end: int | None = None  # the partition's log end offset when the run read it
+
+    @property
+    def records_written(self) -> int:
+        return 0 if self.verified_only else self.manifest["records"]
 
     @property
     def records_per_s(self) -> float:
-        return self.manifest["records"] / self.duration_s if self.duration_s > 0 else 0.0
+        return self.records_written / self.duration_s if self.duration_s > 0 else 0.0
 
 
 def archive_range(
@@ -81,6 +89,8 @@ def archive_range(
     spark: Any,
     say: Callable[[str], None] = log.info,
 ) -> Archived:
+    """Archive `r` (the steps above). `spark`: a session, or a function that makes one, called
+    only if Spark tasks are needed (a range already archived needs none)."""
     t0 = time.monotonic()
     if r.topic != topic.name:
         raise RangeRefused(f"range {r} is not of topic {topic.name!r}")
@@ -105,13 +115,27 @@ def archive_range(
 
     # Before the loss check: a range over an acknowledged loss is refused for that, not re-reported.
     _refuse_overlaps(PartitionArchive(store, prefix, r.topic, r.partition), r)
+    if archived_and_committed(existing, r, topic, committed_before):
+        # Typically a run that waited for another run of its partition, which archived this
+        # very range: the archive is checked, not rewritten. An object found missing or
+        # different is rewritten below, if Kafka still has its records.
+        try:
+            verify(store, existing)
+        except manifest.ManifestError as e:
+            say(f"{r}: archived already, but {e}; archiving it again")
+        else:
+            say(f"{r}: already archived (manifest there, offset committed at {committed_before}); "
+                f"its {len(existing['objects'])} object(s) were verified against the manifest, nothing rewritten")
+            return Archived(r, name, existing, True, committed_before, committed_before, time.monotonic() - t0,
+                            already_archived=True, log_end=high)
     if r.start < low:
         if existing is None:
             raise DataLoss(r, min(low, r.end), low, topic.group)
         verify(store, existing)
         say(f"{r}: records expired from Kafka; the archived range was verified against its manifest")
         after = advance(kafka, store, prefix, topic, r.partition, low)
-        return Archived(r, name, existing, True, committed_before, after, time.monotonic() - t0)
+        return Archived(r, name, existing, True, committed_before, after, time.monotonic() - t0,
+                        already_archived=True, log_end=high)
 
     slices = r.slices(topic.slice_records)
     jobs = [
@@ -128,7 +152,8 @@ def archive_range(
         for s in slices
     ]
     say(f"{r}: archiving in {len(jobs)} Spark task(s) of up to {topic.slice_records} offsets")
-    objects = [o for written in run_tasks(spark, archive_slice, jobs, f"archive {r}") for o in written]
+    session = spark() if callable(spark) else spark
+    objects = [o for written in run_tasks(session, archive_slice, jobs, f"archive {r}") for o in written]
     _fault("after-objects")
 
     doc = manifest.build(r, topic.format, objects)
@@ -138,7 +163,20 @@ def archive_range(
     after = advance(kafka, store, prefix, topic, r.partition, low)
     # The topic's Iceberg table (MATOS_ICEBERG_TABLES): this range and any a crashed run left out, one commit.
     notes += iceberg.keep_table(store, prefix, topic, r.partition, say)
-    return Archived(r, name, doc, False, committed_before, after, time.monotonic() - t0, len(jobs), notes)
+    return Archived(r, name, doc, False, committed_before, after, time.monotonic() - t0, len(jobs), notes, log_end=high)
+
+
+def archived_and_committed(existing: dict | None, r: OffsetRange, topic: TopicConfig, committed: int | None) -> bool:
+    """The manifest there is the one this run would write (its range, its format), and the
+    group's offset is at or past its end: the range is archived and committed, nothing to write."""
+    return (
+        isinstance(existing, dict)
+        and committed is not None
+        and committed >= r.end
+        and existing.get("format") == topic.format
+        and (existing.get("topic"), existing.get("partition"), existing.get("start"), existing.get("end"))
+        == (r.topic, r.partition, r.start, r.end)
+    )
 
 
 def _fault(point: str) -> None:

@@ -54,13 +54,19 @@ def archive_asset(topic: TopicConfig) -> AssetsDefinition:
         # The heartbeat tells a dead run from a slow one (dead_runs.py): it beats from its own
         # thread through the wait for a turn and the archiving, until the body returns.
         thresholds = heartbeat.Thresholds.from_settings()
+        # The claim first, then the heartbeat: Dagster's add_run_tags rewrites the run's whole tag
+        # set from what it read, so a beat written meanwhile from the other thread could drop the
+        # claim, and another run would not wait for this one.
+        mine = claim_turn(context.instance, context.run.run_id, r)
         with beating(context.instance, context.run.run_id, thresholds, context.log.warning):
-            return _archive_in_turn(context, r, kafka, swift, spark, thresholds)
+            return _archive_in_turn(context, r, kafka, swift, spark, thresholds, mine)
 
-    def _archive_in_turn(context, r, kafka, swift, spark, thresholds) -> MaterializeResult:
-        waited = take_turn(context.instance, context.run.run_id, r, say=context.log.info, thresholds=thresholds)
+    def _archive_in_turn(context, r, kafka, swift, spark, thresholds, mine) -> MaterializeResult:
+        waited = take_turn(context.instance, context.run.run_id, r, say=context.log.info, thresholds=thresholds,
+                           mine=mine)
         with swift.store() as store:
-            done = archive_range(r, topic, kafka, store, spark.spark_session, say=context.log.info)
+            # Spark only if there is something to write: a range already archived is only verified.
+            done = archive_range(r, topic, kafka, store, lambda: spark.spark_session, say=context.log.info)
             location = f"{store.url}/{store.container}/{done.manifest_name.rsplit('/', 1)[0]}/"
         for note in done.notes:
             context.log.warning(note)
@@ -71,19 +77,27 @@ def archive_asset(topic: TopicConfig) -> AssetsDefinition:
     return _archive
 
 
-def take_turn(instance: DagsterInstance, run_id: str, r: OffsetRange, say, poll_s: float = 1.0,
-              thresholds: heartbeat.Thresholds | None = None) -> float:
-    """Wait until no other run is archiving in `r`'s topic partition (turns.py); the seconds waited.
-
-    The run that waited then archives its range: the same, byte-identical objects again if
-    the other run archived it, or its range if that run failed or archived another one.
-    """
+def claim_turn(instance: DagsterInstance, run_id: str, r: OffsetRange) -> turns.Claim:
+    """Claim `r`'s topic partition for this run: the run tags other runs wait on (turns.py)."""
     where = f"{r.topic}/{r.partition}"
-    thresholds = thresholds or heartbeat.Thresholds.from_settings()
     mine = turns.Claim(time.time(), run_id)
     instance.add_run_tags(
         run_id, {TOPIC_PARTITION_TAG: where, RANGE_TAG: f"{where} [{r.start}, {r.end})", CLAIM_TAG: mine.tag}
     )
+    return mine
+
+
+def take_turn(instance: DagsterInstance, run_id: str, r: OffsetRange, say, poll_s: float = 1.0,
+              thresholds: heartbeat.Thresholds | None = None, mine: turns.Claim | None = None) -> float:
+    """Wait until no other run is archiving in `r`'s topic partition (turns.py); the seconds waited.
+
+    `mine`: this run's claim (claim_turn), made here if not given. The run that waited then
+    archives its range, or, if the other run archived this very range (manifest there, offset
+    committed past it), only verifies it (archive.archived_and_committed).
+    """
+    where = f"{r.topic}/{r.partition}"
+    thresholds = thresholds or heartbeat.Thresholds.from_settings()
+    mine = mine or claim_turn(instance, run_id, r)
     began, told = time.monotonic(), set()
     while True:
         runs = instance.get_runs(filters=RunsFilter(tags={TOPIC_PARTITION_TAG: where}, statuses=_GOING))
@@ -92,7 +106,7 @@ def take_turn(instance: DagsterInstance, run_id: str, r: OffsetRange, say, poll_
         by_id = {run.run_id: run for run in runs}
         first = turns.ahead(mine, (turns.Claim.from_tag(run.tags.get(CLAIM_TAG, ""), run.run_id) for run in runs))
         if not first:
-            return time.monotonic() - began
+            return max(0.0, time.time() - mine.since)  # since the claim: its turn came at claim + waited
         other = by_id[first[0].run_id]
         if other.run_id not in told:
             told.add(other.run_id)
@@ -116,10 +130,21 @@ def _started_by(tags: dict) -> str:
     return "launched from the UI, the CLI or Python"
 
 
-def metadata(done: Archived, location: str) -> dict:
+def metadata(done: Archived, location: str, now: float | None = None) -> dict:
+    """The materialisation's metadata, typed so that Dagster's plots mean something.
+
+    Dagster 1.13 plots only int and float entries (not timestamps), against the partition
+    key for a partitioned asset (its default: one point a key, in the order keys were added,
+    from each key's latest materialisation) or against the materialisation's time (the
+    toggle: runs a second apart share a minute label). It never plots one entry against
+    another, so offsets cannot be the x-axis; what we can do is make each y meaningful per
+    range: its offsets, its records and bytes, how far behind the log end and how long after
+    its newest record it was archived. A run that only verified writes 0 records, at 0 records/s.
+    """
     m = done.manifest
     meta = {
         "records": MetadataValue.int(m["records"]),
+        "records_written": MetadataValue.int(done.records_written),
         "bytes": MetadataValue.int(m["bytes"]),
         "record_bytes": MetadataValue.int(m["record_bytes"]),
         "objects": MetadataValue.int(len(m["objects"])),
@@ -128,16 +153,24 @@ def metadata(done: Archived, location: str) -> dict:
         "duration_s": MetadataValue.float(round(done.duration_s, 3)),
         "records_per_s": MetadataValue.float(round(done.records_per_s, 1)),
         "slices": MetadataValue.int(done.slices),
+        "already_archived": MetadataValue.bool(done.already_archived),
         "verified_existing_archive": MetadataValue.bool(done.verified_only),
+        "archived_at": MetadataValue.timestamp(time.time() if now is None else now),
         "swift_location": MetadataValue.url(location),
         "manifest": MetadataValue.text(done.manifest_name),
     }
     if done.committed_after is not None:
         meta["committed_offset"] = MetadataValue.int(done.committed_after)
+    if done.log_end is not None:
+        # How far the archive was behind the partition's log end when this range was read.
+        meta["lag_behind_log_end"] = MetadataValue.int(max(0, done.log_end - done.range.end))
     if m["first_offset"] is not None:
         meta["first_offset"] = MetadataValue.int(m["first_offset"])
         meta["last_offset"] = MetadataValue.int(m["last_offset"])
     if m["min_timestamp"] is not None:
         meta["first_timestamp"] = MetadataValue.timestamp(m["min_timestamp"] / 1000)
         meta["last_timestamp"] = MetadataValue.timestamp(m["max_timestamp"] / 1000)
+        if not done.verified_only:  # a rerun's delay would only say when someone reran it
+            at = meta["archived_at"].value
+            meta["seconds_after_newest_record"] = MetadataValue.float(round(at - m["max_timestamp"] / 1000, 3))
     return meta
