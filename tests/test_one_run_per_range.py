@@ -74,3 +74,67 @@ def test_an_archive_run_waits_while_another_run_archives_in_its_partition(
         assert run.tags[RANGE_TAG] == f"{topic}/0 [0, 20)" and run.tags[TOPIC_PARTITION_TAG] == f"{topic}/0"
     with swift.store() as store:
         assert check_archive(kafka, store, topic, cfg.group) == {0: 20, 1: 20}
+
+
+def _stamps(store, names) -> dict[str, str]:
+    """Swift's X-Timestamp of each object: a new one for every PUT, even of the same bytes."""
+    conn = store.params.connect()
+    try:
+        return {n: conn.head_object(store.container, n)["x-timestamp"] for n in names}
+    finally:
+        conn.close()
+
+
+def test_a_run_of_a_range_already_archived_only_verifies_it_and_rewrites_nothing(
+        tmp_path, kafka, new_topic, swift, spark_resource):
+    """What a run that waited for another run of the same range does once that run archived it."""
+    from matos_dagster.resources import SparkResource
+
+    topic = new_topic()
+    produce(kafka, topic, [(b"k", f"v{i}".encode(), []) for i in range(30)])
+    cfg = TopicConfig(name=topic, group=f"g-{uuid.uuid4().hex[:8]}", slice_records=10)
+    key = OffsetRange(topic, 0, 0, 30).key
+    with DagsterInstance.local_temp(str(tmp_path)) as instance:
+        instance.add_dynamic_partitions(cfg.partitions_name, [key])
+        first = materialize([archive_asset(cfg)], partition_key=key, instance=instance,
+                            resources={"kafka": kafka, "swift": swift, "spark": spark_resource})
+        (mat,) = first.asset_materializations_for_node(cfg.asset_name)
+        assert mat.metadata["records_written"].value == 30 and not mat.metadata["already_archived"].value
+        with swift.store() as store:
+            (doc,) = manifests(store, topic)
+            names = [o["name"] for o in doc["objects"]] + [mat.metadata["manifest"].value]
+            assert len(names) == 4
+            before = _stamps(store, names)
+        # No Spark at all for the second run: it must not need one (a session would fail to connect).
+        nowhere = SparkResource(master="sc://127.0.0.1:9")
+        second = materialize([archive_asset(cfg)], partition_key=key, instance=instance,
+                             resources={"kafka": kafka, "swift": swift, "spark": nowhere}, raise_on_error=False)
+        assert second.success, [e.message for e in second.all_events if e.is_failure]
+        (again,) = second.asset_materializations_for_node(cfg.asset_name)
+        meta = again.metadata
+        assert meta["already_archived"].value is True and meta["verified_existing_archive"].value is True
+        assert meta["records_written"].value == 0 and meta["records_per_s"].value == 0
+        assert meta["records"].value == 30 and meta["objects"].value == 3  # the range it verified
+        assert "seconds_after_newest_record" not in meta
+        logs = [e.user_message for e in instance.all_logs(second.run_id)]
+        assert any("already archived" in m and "nothing rewritten" in m for m in logs), logs
+    with swift.store() as store:
+        assert _stamps(store, names) == before, "an object or the manifest was written again"
+        assert check_archive(kafka, store, topic, cfg.group) == {0: 30}
+
+
+def test_a_range_archived_but_not_yet_committed_is_archived_again(kafka, new_topic, swift, spark):
+    """A manifest alone is not "already archived": after a crash before the commit, the rerun writes and commits."""
+    from matos_dagster.archive import archive_range
+
+    topic = new_topic()
+    produce(kafka, topic, [(b"k", f"v{i}".encode(), []) for i in range(10)])
+    cfg = TopicConfig(name=topic, group=f"g-{uuid.uuid4().hex[:8]}")
+    r = OffsetRange(topic, 0, 0, 10)
+    with swift.store() as store:
+        archive_range(r, cfg, kafka, store, spark)
+        kafka.commit(topic, {0: 0}, cfg.group)  # as if the run died between its manifest and its commit
+        again = archive_range(r, cfg, kafka, store, spark)
+        assert not again.already_archived and again.records_written == 10
+        assert again.committed_after == 10
+        assert check_archive(kafka, store, topic, cfg.group) == {0: 10}
