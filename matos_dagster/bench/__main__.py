@@ -55,6 +55,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-month", action="store_true", help="--history without the simulated month of DAGSTER_HOME")
     p.add_argument("--history-n", type=lambda v: [int(x) for x in v.split(",")], default=None,
                    help="N values of --history, comma-separated (e.g. 0,10000,100000,1000000)")
+    p.add_argument("--kept-keys", action="store_true",
+                   help="--history with only the newest MATOS_KEEP_KEYS Dagster keys per N, as the retention "
+                        "job leaves them (default: a key per range)")
     return p.parse_args(argv)
 
 
@@ -225,7 +228,12 @@ def history_main(args: argparse.Namespace) -> int:
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     with running_stack() as stack:
-        results = history.run(stack, sizes, say, month=not args.no_month, repeats=args.repeat)
+        kept = None
+        if args.kept_keys:
+            from matos_dagster.retention import Policy
+
+            kept = Policy().keep_keys  # the default; the retention job reads MATOS_KEEP_KEYS
+        results = history.run(stack, sizes, say, month=not args.no_month, repeats=args.repeat, keep_keys=kept)
         # Written before the stack's folder goes (removing N manifests' files takes a while).
         md = history.markdown(results)
         (out / "history.json").write_text(json.dumps(results, indent=1, default=str) + "\n")

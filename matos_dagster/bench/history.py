@@ -176,9 +176,11 @@ class Case:
     """One N: its topic, container and Dagster instance, set up once and measured in rounds."""
 
     def __init__(self, stack, spark_resource, instance, n: int, counter: ListingCounter, deep: DeepReads,
-                 say, keep_real: int = KEEP_REAL):
+                 say, keep_real: int = KEEP_REAL, keep_keys: int | None = None):
         self.stack, self.spark, self.instance, self.n = stack, spark_resource, instance, n
         self.counter, self.deep, self.say, self.keep_real = counter, deep, say, keep_real
+        # None: a key per range (no retention); else the newest keep_keys, as the retention job leaves them.
+        self.keys = n if keep_keys is None else min(n, keep_keys)
         self.rounds: list[dict] = []
         self.cursor = None
 
@@ -227,13 +229,13 @@ class Case:
         if n:
             kafka.commit(name, {0: n}, cfg.group)
         t = time.monotonic()
-        keys = [OffsetRange(name, 0, i, i + 1).key for i in range(n)]
-        for a in range(0, n, KEY_BATCH):
+        keys = [OffsetRange(name, 0, i, i + 1).key for i in range(n - self.keys, n)]
+        for a in range(0, len(keys), KEY_BATCH):
             self.instance.add_dynamic_partitions(cfg.partitions_name, keys[a:a + KEY_BATCH])
         out["setup_keys_s"] = time.monotonic() - t
         self.say(f"history N={n:,}: {out['real_ranges']:,} manifests in {out['setup_manifests_s']:.0f}s, "
                  f"{out.get('listing_rows', 0):,} listing rows in {out.get('setup_rows_s', 0):.0f}s, "
-                 f"keys in {out['setup_keys_s']:.0f}s")
+                 f"{self.keys:,} keys in {out['setup_keys_s']:.0f}s")
 
         swift = SwiftResource(auth_url=params.auth_url, user=params.user, key=params.key,
                               container=self.container, prefix=params.prefix, retries=3)
@@ -298,7 +300,7 @@ class Case:
 
         with counter.measure(out, "partitions_query"):
             keys = instance.get_dynamic_partitions(self.cfg.partitions_name)
-        assert len(keys) == n + r + 1, len(keys)
+        assert len(keys) == self.keys + r + 1, len(keys)
         self.say(f"history N={n:,} round {r + 1}: "
                  + json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}))
         self.rounds.append(out)
@@ -338,7 +340,10 @@ def summarise(cases: list[dict]) -> dict:
     return {"summary": summary, "ratios": ratios, "listings": listings}
 
 
-def run(stack, sizes: list[int], say, month: bool = True, repeats: int = 3, keep_real: int = KEEP_REAL) -> dict:
+def run(stack, sizes: list[int], say, month: bool = True, repeats: int = 3, keep_real: int = KEEP_REAL,
+        keep_keys: int | None = None) -> dict:
+    """`keep_keys`: None gives each N a Dagster key per range; a number, only the newest that many
+    (what the retention job leaves at MATOS_KEEP_KEYS)."""
     from dagster import instance_for_test
 
     from matos_dagster.resources import SparkResource
@@ -347,7 +352,8 @@ def run(stack, sizes: list[int], say, month: bool = True, repeats: int = 3, keep
         raise ValueError("--repeat must be at least 1")
     spark_resource = SparkResource(master="local[2]", conf="spark.ui.enabled=false")
     counter, deep = ListingCounter(), DeepReads()
-    results: dict = {"sizes": sizes, "repeats": repeats, "keep_real": keep_real, "loadavg_start": os.getloadavg()}
+    results: dict = {"sizes": sizes, "repeats": repeats, "keep_real": keep_real, "keep_keys": keep_keys,
+                     "loadavg_start": os.getloadavg()}
     try:
         with counter.installed(), deep.installed(), contextlib.ExitStack() as stack_of_homes:
             # Warm up Spark (JVM, Python workers) and Dagster's imports: not timed.
@@ -360,7 +366,7 @@ def run(stack, sizes: list[int], say, month: bool = True, repeats: int = 3, keep
                 # A fresh instance per N, so N keys and N's runs are all it holds.
                 home = stack_of_homes.enter_context(tempfile.TemporaryDirectory(prefix="matos-bench-home-"))
                 instance = stack_of_homes.enter_context(instance_for_test(temp_dir=home))
-                case = Case(stack, spark_resource, instance, n, counter, deep, say, keep_real)
+                case = Case(stack, spark_resource, instance, n, counter, deep, say, keep_real, keep_keys)
                 case.home = home
                 case.setup(repeats)
                 cases.append(case)
@@ -424,5 +430,6 @@ def markdown(results: dict) -> str:
     rows.append(f"{results['repeats']} round(s); medians (min-max) over the rounds; ratios per round to N = 0; "
                 f"load average (1, 5, 15 min) at start {tuple(round(x, 1) for x in load[0])}, "
                 f"at end {tuple(round(x, 1) for x in load[1])}; the most recent {results['keep_real']:,} ranges "
-                f"real objects, older ones listing rows only (none read).")
+                f"real objects, older ones listing rows only (none read); Dagster keys: "
+                f"{'a key per range' if results.get('keep_keys') is None else 'the newest ' + format(results['keep_keys'], ',')}.")
     return "\n".join(rows) + "\n"
