@@ -121,6 +121,7 @@ def _claiming_run(instance, r: OffsetRange, beat_age_s: float):
     return started_run(instance, r.key, beat_age_s, **{TOPIC_PARTITION_TAG: where, CLAIM_TAG: f"{time.time() - 300:.6f}"})
 
 
+@pytest.mark.timeout(300)  # without the rule, take_turn would wait for the dead run for an hour
 def test_a_run_waiting_for_its_turn_does_not_wait_for_a_dead_run_but_waits_for_a_live_one(instance):
     r = OffsetRange("orders", 3, 0, 100)
     _claiming_run(instance, r, beat_age_s=200)  # dead: claimed first, then stopped beating
