@@ -209,3 +209,24 @@ def test_a_partition_another_run_is_archiving_gets_no_request_until_that_run_end
     instance.report_run_canceled(run)  # the CLI run ends (here without archiving anything)
     result = sensor.tick()
     assert [r for r, _ in requested(result)] == [cli_range]
+
+
+def test_a_tick_that_requests_runs_shows_why_it_skipped_the_other_partitions(kafka, instance, new_topic, capfd):
+    """Dagster shows a skip reason only for a tick that requests nothing (SensorResult refuses both):
+    a tick with runs carries each run's reason as its `matos/reason` tag, and every partition's
+    reason, the skipped ones' too, in the tick's log (the ticks table's "View logs")."""
+    name = new_topic(partitions=3)
+    produce(kafka, name, [(b"k", b"v", [], p) for p in (0, 1) for _ in range(150)] + [(b"k", b"v", [], 2)] * 5)
+    sensor = Sensor(topic_config(name), kafka, instance)
+    busy = create_run_for_test(instance, status=DagsterRunStatus.STARTED,
+                               tags={"dagster/partition": OffsetRange(name, 0, 0, 150).key})
+    capfd.readouterr()
+    result = sensor.tick()
+    assert result.skip_reason is None
+    (request,) = result.run_requests
+    assert request.partition_key == OffsetRange(name, 1, 0, 150).key
+    assert request.tags["matos/reason"]  # why this range now, on the run itself
+    log = capfd.readouterr().err
+    assert f"p0: run {busy.run_id} is archiving {name}/0[0, 150); waiting for it" in log
+    assert "p2: " in log and "below the batch policy" in log
+    assert f"p1: {request.tags['matos/reason']}" in log
