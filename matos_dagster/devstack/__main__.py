@@ -4,6 +4,8 @@
             running), wait until each answers, print where they are
     down    stop every process of the stack, by the PID recorded when it was started
     status  print each process's state, PID, port and log file; exit 0 if all run, else 1
+    shard   shard a container of the local Swift with Swift's own sharder, as an operator
+            does (`shard [CONTAINER] --rows N`; see the README, "Objects per Swift container")
 
 Settings (see matos_dagster/settings.py): MATOS_DEVSTACK_DIR, MATOS_DEVSTACK_CACHE,
 MATOS_DEVSTACK_KAFKA_PORT, MATOS_DEVSTACK_SWIFT_PORT, MATOS_DEVSTACK_SPARK_PORT; and
@@ -203,12 +205,41 @@ def demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def shard(args: argparse.Namespace) -> int:
+    swift = local_stack().swift
+    if not swift.running():
+        raise StackError(f"the local Swift is not running: start it with {PROG} up")
+    container = args.container or settings.get("MATOS_SWIFT_CONTAINER")
+    account = args.account or swift.account
+    state = swift.sharding(container, account)
+    if state["state"] == "sharded":
+        print(f"{account}/{container} is sharded already, in {len(state['shard_ranges'])} shard ranges.")
+    else:
+        rows = state["object_count"]
+        _say(f"Sharding {account}/{container} ({rows} objects) into shard ranges of {args.rows} rows ...")
+        state = swift.shard(container, args.rows, account)
+        print(f"{account}/{container} is sharded: {len(state['shard_ranges'])} shard ranges, "
+              f"{state['passes']} sharder passes, {state['seconds']:.1f} s (log {swift.sharder_log}).")
+    for r in state["shard_ranges"]:
+        print(f"  {r['object_count']:>9} rows  {r['state']:<8} ({r['lower'] or '-'!r}, {r['upper'] or '+'!r}]")
+    return 0
+
+
+def _shard_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("container", nargs="?", help="the container (default: MATOS_SWIFT_CONTAINER)")
+    parser.add_argument("--rows", type=int, required=True,
+                        help="rows (objects) per shard range; production: 500000, Swift's rows_per_shard")
+    parser.add_argument("--account", help="the account (default: the local Swift's tempauth account, AUTH_test)")
+
+
 COMMANDS: dict[str, Command] = {
     "up": Command(up, "install what is missing, start Kafka, Swift and Spark Connect, wait until each answers"),
     "down": Command(down, "stop Spark Connect, Swift and Kafka (by the PIDs recorded when they started)"),
     "status": Command(status, "show PIDs, ports and log files; exit 0 if all run, 1 otherwise"),
     "demo-data": Command(demo_data, "produce demo records to the `demo` topic (needs the stack up)"),
     "demo": Command(demo, "load demo records, archive everything pending, print where it is in Swift"),
+    "shard": Command(shard, "shard a container of the local Swift with Swift's own sharder (operator-driven)",
+                     _shard_arguments),
 }
 
 

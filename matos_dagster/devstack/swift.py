@@ -417,10 +417,12 @@ class SwiftServer:
     def sharding(self, container: str, account: str | None = None) -> dict:
         """The container's sharding as its database has it: {"partition", "db", "state" (unsharded,
         sharding, sharded, collapsed), "object_count", "shard_ranges": [{"name", "lower", "upper",
-        "state", "object_count"}]}."""
+        "state", "object_count"}], "misplaced" (sharded: object rows in the root itself, which
+        listings do not show until the sharder moves them to their shard; up to 10,000)}."""
         return self._sharding_tool("state", account or self.account, container)
 
-    def shard(self, container: str, rows: int, account: str | None = None, max_passes: int = 30) -> dict:
+    def shard(self, container: str, rows: int, account: str | None = None, max_passes: int = 30,
+              wait: bool = True, **sharder: str | int) -> dict:
         """Shard `container` as a Swift operator does; return once it is sharded.
 
         `swift-manage-shard-ranges <db> --config container-server.conf find_and_replace <rows>
@@ -430,14 +432,20 @@ class SwiftServer:
         `cleave_batch_size` ranges) until the container's state is `sharded`, and one pass more
         (the shards report their stats to the root, as the daemon's next cycle would). All in one
         process of the swift venv (each start costs seconds here). Returns `sharding()` with
-        "passes" and "seconds"; the sharder's output goes to log/container-sharder.log.
+        "passes", "found" (False: the container had shard ranges already, a sharding begun
+        before was carried on) and "seconds"; the sharder's output goes to log/container-sharder.log.
+
+        `wait=False` returns after `max_passes` passes whatever the state (a sharding under
+        way); `sharder` overrides [container-sharder] options for these passes
+        (`cleave_batch_size=1`: one shard range a pass).
         """
         if rows < 1:
             raise ValueError(f"rows must be >= 1, got {rows}")
         t0 = time.monotonic()
         out = self._sharding_tool("shard", account or self.account, container, str(rows),
-                                  str(self.conf_files["container"]), str(max_passes))
-        if out["state"] != "sharded":
+                                  str(self.conf_files["container"]), str(max_passes),
+                                  json.dumps({k: str(v) for k, v in sharder.items()}))
+        if wait and out["state"] != "sharded":
             raise RuntimeError(
                 f"container {container!r} is still {out['state']} after {out['passes']} sharder passes; "
                 f"see {self.sharder_log}")
@@ -456,7 +464,8 @@ class SwiftServer:
                 env=self._server_env(), cwd=self.data_dir)
         out = proc.stdout.decode(errors="replace")
         if proc.returncode != 0:
-            raise RuntimeError(f"swift {args[0]} failed (exit {proc.returncode}); see {self.sharder_log}")
+            said = _tail(self.sharder_log, 1)
+            raise RuntimeError(f"swift {args[0]} failed (exit {proc.returncode}): {said}; see {self.sharder_log}")
         lines = out.strip().splitlines()
         return json.loads(lines[-1]) if lines else {}
 
@@ -715,29 +724,38 @@ def state(db):
     info = broker.get_info()
     ranges = [{"name": sr.name, "lower": str(sr.lower), "upper": str(sr.upper), "state": sr.state_text,
                "object_count": sr.object_count} for sr in broker.get_shard_ranges()]
-    return {"state": broker.get_db_state(), "object_count": info["object_count"], "shard_ranges": ranges}
+    db_state = broker.get_db_state()
+    # A sharded root's own table holds only misplaced rows: updates that reached it after it
+    # was sharded (a proxy that did not know yet), not listed until a sharder pass moves them.
+    misplaced = len(broker.get_objects(limit=10000, include_deleted=False)) if db_state == "sharded" else None
+    return {"state": db_state, "object_count": info["object_count"], "shard_ranges": ranges, "misplaced": misplaced}
 
 
 where = locate(args[0], args[1])
+if what != "locate" and not os.path.isdir(os.path.dirname(where["db"])):
+    sys.exit("container %s/%s has no database on this Swift (%s): is the name right, and does it exist?"
+             % (args[0], args[1], os.path.dirname(where["db"])))
 if what == "locate":
     out = where
 elif what == "state":
     out = {**where, **state(where["db"])}
 elif what == "shard":
-    rows, conf_file, max_passes = args[2], args[3], int(args[4])
-    from swift.cli.manage_shard_ranges import main
-    print("$ swift-manage-shard-ranges %s --config %s find_and_replace %s --enable" % (where["db"], conf_file, rows),
-          file=sys.stderr, flush=True)
-    code = main([where["db"], "--config", conf_file, "find_and_replace", rows, "--enable"])
-    if code:
-        sys.exit(code)
+    rows, conf_file, max_passes, overrides = args[2], args[3], int(args[4]), json.loads(args[5])
+    found = not state(where["db"])["shard_ranges"]
+    if found:  # else a sharding begun before: carry it on
+        from swift.cli.manage_shard_ranges import main
+        print("$ swift-manage-shard-ranges %s --config %s find_and_replace %s --enable" % (where["db"], conf_file, rows),
+              file=sys.stderr, flush=True)
+        code = main([where["db"], "--config", conf_file, "find_and_replace", rows, "--enable"])
+        if code:
+            sys.exit(code)
     # What swift-container-sharder --once does (swift.common.daemon.run_daemon), pass after pass.
     import eventlet
     from swift.common import utils
     from swift.container.sharder import ContainerSharder
     utils.monkey_patch()
     eventlet.hubs.use_hub(utils.get_hub())
-    conf = utils.readconf(conf_file, "container-sharder")
+    conf = {**utils.readconf(conf_file, "container-sharder"), **overrides}
     sharder = ContainerSharder(conf, logger=utils.get_logger(conf, conf["log_name"], log_to_console=True))
     passes = 0
     while state(where["db"])["state"] != "sharded" and passes < max_passes:
@@ -747,7 +765,7 @@ elif what == "shard":
     if state(where["db"])["state"] == "sharded":
         sharder.run_once()
         passes += 1
-    out = {**where, **state(where["db"]), "passes": passes}
+    out = {**where, **state(where["db"]), "passes": passes, "found": found}
 else:
     sys.exit("unknown step %r" % what)
 sys.stdout.flush()
