@@ -1,5 +1,6 @@
 """`python -m matos_dagster`: the operator's commands, each refusal one line that says what to change.
 
+    backfill TOPIC [--partition P] [--wait]                  everything pending, as one Dagster backfill
     add-ranges TOPIC [--partition P] [--start S] [--end E]   add offset ranges as partition keys
     archive KEY [KEY ...]                                    archive ranges (added keys), in order
     acknowledge-loss TOPIC --partition P --reason TEXT       go on after records were deleted unarchived
@@ -97,6 +98,50 @@ def add_ranges(args: argparse.Namespace) -> int:
     return 0
 
 
+def backfill(args: argparse.Namespace) -> int:
+    """add-ranges, then ONE backfill of the keys it added, run by the daemon (jobs/backfill.py)."""
+    from dagster import DagsterInstance
+
+    from matos_dagster import definitions
+    from matos_dagster.jobs import backfill as bf
+
+    topic = {t.name: t for t in definitions.TOPICS}.get(args.topic)
+    if topic is None:  # before any run is recorded: a refusal changes nothing
+        raise Refused(f"topic {args.topic!r} is not in the topics file ({settings.get('MATOS_TOPICS_FILE')}); "
+                      f"it has {sorted(t.name for t in definitions.TOPICS)}")
+    with DagsterInstance.get() as instance:
+        daemon = bf.daemon_running(instance)
+        if args.wait and not daemon:
+            raise Refused(f"no Dagster daemon runs for the instance in {dagster_home()}, so the backfill would "
+                          "never start; start one (make run, or dg dev) and run this again")
+        result = definitions.defs.resolve_job_def(bf.JOB).execute_in_process(
+            run_config={"ops": {"add_range_keys": {"config": {"topic": topic.name, "partition": args.partition}}},
+                        **_quiet()}, instance=instance, raise_on_error=False)
+        if not result.success:
+            raise Refused(_failure(result))
+        keys = result.output_for_node("add_range_keys")
+        backfill_id = result.output_for_node(bf.OP)
+        if not keys:
+            print(f"nothing pending in {topic.name}: no backfill")
+            return 0
+        print(f"backfill {backfill_id}: {len(keys)} range(s) of {topic.name}, {keys[0]} .. {keys[-1]}")
+        print(f"  progress in the UI: Runs -> Backfills -> {backfill_id}")
+        if not daemon:
+            print(f"  no Dagster daemon runs for {dagster_home()} now: the backfill starts when one does "
+                  "(make run, or dg dev)")
+        if not args.wait:
+            return 0
+        status = bf.wait(instance, backfill_id)
+        done = bf.outcomes(instance, backfill_id, topic, keys)
+        for o in done:
+            if o.records is not None:
+                print(f"archived {o.key}: {o.records} records (run {o.run_id})")
+            else:
+                print(f"{o.key}: not archived ({o.status}{f', run {o.run_id}' if o.run_id else ''})", file=sys.stderr)
+        print(f"backfill {backfill_id}: {status}")
+        return 0 if all(o.records is not None for o in done) else 1
+
+
 def acknowledge_loss(args: argparse.Namespace) -> int:
     config = {"topic": args.topic, "partition": args.partition, "reason": args.reason}
     if args.start != -1 or args.end != -1:
@@ -167,6 +212,11 @@ def remove_key(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=PROG, description="The archive's operator commands (see the README).")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    p = sub.add_parser("backfill", help="add every pending range of a topic and archive them as one Dagster backfill")
+    p.add_argument("topic")
+    p.add_argument("--partition", type=int, default=-1, help="partition; -1 (default): every partition")
+    p.add_argument("--wait", action="store_true", help="wait until the backfill has ended and print each range's outcome")
+    p.set_defaults(run=backfill)
     p = sub.add_parser("add-ranges", help="add [start, end) of a topic as archive partition keys (Matos' batch)")
     p.add_argument("topic")
     p.add_argument("--partition", type=int, default=-1, help="partition; -1 (default): every partition")

@@ -13,6 +13,7 @@ from dagster import Definitions, EnvVar, in_process_executor
 from matos_dagster import settings, topics
 from matos_dagster.assets.archive import archive_asset, ranges_partitions
 from matos_dagster.assets.monitor import monitor_automation, monitor_check
+from matos_dagster.jobs.backfill import backfill_job
 from matos_dagster.jobs.compact import compact_job, compact_schedule
 from matos_dagster.jobs.load import load
 from matos_dagster.jobs.loss import acknowledge_loss_job
@@ -69,11 +70,12 @@ MONITORS = [monitor_automation(t, c, os.environ["MATOS_MONITOR_CRON"]) for t, c 
 SENSOR_INTERVAL_S = int(os.environ["MATOS_SENSOR_INTERVAL_S"])
 RETENTION = retention_job(TOPICS)
 COMPACT = compact_job(TOPICS)
+ADD_RANGES = add_ranges_job(TOPICS)
 
 defs = Definitions(
     assets=[archive_asset(t) for t in TOPICS],
     asset_checks=CHECKS,
-    jobs=[load, add_ranges_job(TOPICS), acknowledge_loss_job(TOPICS), restore_job(TOPICS), verify_job(TOPICS), RETENTION, COMPACT,
+    jobs=[load, ADD_RANGES, backfill_job(TOPICS, ADD_RANGES), acknowledge_loss_job(TOPICS), restore_job(TOPICS), verify_job(TOPICS), RETENTION, COMPACT,
           iceberg_job(TOPICS)],
     sensors=[lag_sensor(t, ranges_partitions(t), SENSOR_INTERVAL_S) for t in TOPICS] + [s for _, s in MONITORS],
     schedules=[schedule for schedule, _ in MONITORS]
