@@ -70,7 +70,7 @@ def test_the_readme_commands_run_as_written_after_make_run(tmp_path, fresh_kafka
     project = tmp_path / "project"
     project.mkdir()
     (project / ".venv").symlink_to(PROJECT_ROOT / ".venv")
-    for name in ("dagster.yaml", "workspace.yaml", "topics.yaml"):
+    for name in ("dagster.yaml", "workspace.yaml", "topics.yaml", "pyproject.toml"):  # [tool.dg]: dg without -m
         (project / name).symlink_to(PROJECT_ROOT / name)
     container = f"readme-{uuid.uuid4().hex[:8]}"
     env = user_env(tmp_path, fresh_kafka, swift_server, (PROJECT_ROOT / "topics.yaml").read_text(), container)
