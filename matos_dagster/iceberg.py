@@ -353,8 +353,14 @@ def keep_table(store: Store, prefix: str, topic, partition: int, say: Callable[[
             f"table could not be updated ({type(e).__name__}: {e}). The next run of the partition catches the table "
             "up; check MATOS_ICEBERG_CATALOG and MATOS_S3_*, or rebuild it (the iceberg_table job, rebuild: true)"
         ) from None
-    return [f"Iceberg table of {topic.name}: +{sum(len(s.adds) for s in steps)} object(s), "
-            f"{sum(s.records for s in steps)} records" ] if steps else []
+    added = [span for s in steps for span in s.ranges]
+    if len(added) < 2:
+        return []  # the run's own range: said above, nothing to warn about
+    # More than the run's own range: ranges a run stopped between manifest and table commit left
+    # out, or ranges archived ahead of a hole that this run filled. Worth a line in the run's log.
+    return [f"Iceberg table of {topic.name}/{partition}: added {len(added)} ranges "
+            f"({', '.join(f'[{a}, {b})' for a, b in added)}), not only this run's: earlier ones were archived "
+            "but not yet in the table (a run stopped between its manifest and its table commit, or a hole before them)"]
 
 
 def keep_compacted(store: Store, prefix: str, topic, partition: int, spans: list[tuple[int, int]],
