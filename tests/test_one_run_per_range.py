@@ -138,3 +138,30 @@ def test_a_range_archived_but_not_yet_committed_is_archived_again(kafka, new_top
         assert not again.already_archived and again.records_written == 10
         assert again.committed_after == 10
         assert check_archive(kafka, store, topic, cfg.group) == {0: 10}
+
+
+def test_a_run_writes_its_claim_before_its_heartbeat_thread_writes_anything(tmp_path, kafka, swift, monkeypatch):
+    """Dagster's add_run_tags rewrites a run's whole tag set from what it read, so a beat written by
+    the heartbeat thread while the claim is written can drop the claim (seen: a run without its
+    `matos/range` tag), and another run would not wait for it. The claim must come first."""
+    from matos_dagster import heartbeat
+    from matos_dagster.resources import SparkResource
+
+    cfg = TopicConfig(name=f"no-such-topic-{uuid.uuid4().hex[:8]}", group="g")
+    key = OffsetRange(cfg.name, 0, 0, 10).key
+    writes: list[set[str]] = []
+    with DagsterInstance.local_temp(str(tmp_path)) as instance:
+        real = instance.add_run_tags
+
+        def recorded(run_id, tags):
+            writes.append(set(tags))
+            return real(run_id, tags)
+
+        monkeypatch.setattr(instance, "add_run_tags", recorded)
+        instance.add_dynamic_partitions(cfg.partitions_name, [key])
+        result = materialize([archive_asset(cfg)], partition_key=key, instance=instance, raise_on_error=False,
+                             resources={"kafka": kafka, "swift": swift, "spark": SparkResource(master="sc://127.0.0.1:9")})
+    assert not result.success  # the topic does not exist: refused after the claim and the first beat
+    claims = [i for i, w in enumerate(writes) if CLAIM_TAG in w]
+    beats = [i for i, w in enumerate(writes) if heartbeat.TAG in w]
+    assert claims and beats and claims[0] < beats[0], writes
