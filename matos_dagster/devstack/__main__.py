@@ -206,6 +206,8 @@ def demo(args: argparse.Namespace) -> int:
 
 
 def shard(args: argparse.Namespace) -> int:
+    if args.rows < 1:
+        raise ValueError(f"--rows is {args.rows}: give the rows (objects) per shard range, at least 1")
     swift = local_stack().swift
     if not swift.running():
         raise StackError(f"the local Swift is not running: start it with {PROG} up")
