@@ -381,3 +381,116 @@ def test_the_ui_shows_the_asset_its_ranges_and_its_check(dev, output_dir):
             assert not missing, f"{url}: the page never showed {missing} (DOM in {output_dir / (name + '.html')})"
             png = screenshot(url, output_dir / f"{name}.png", budget_ms)
             print(f"{url}: {png}")
+
+
+# -- one run archives a range, whatever starts it (issue 21.1) ---------------------------------
+
+
+def _archive_runs(dev: Dev, partition: int, since):
+    """Run records of the archive runs of one topic partition created since `since` (a datetime)."""
+    from matos_dagster.ranges import MalformedKey, parse_key
+
+    out = []
+    for rec in dev.instance.get_run_records(filters=RunsFilter(created_after=since)):
+        try:
+            r = parse_key(rec.dagster_run.tags.get("dagster/partition", ""))
+        except MalformedKey:
+            continue
+        if r.topic == dev.topic and r.partition == partition:
+            out.append(rec)
+    return out
+
+
+def _materialization(dev: Dev, run_id: str):
+    from dagster import DagsterEventType
+
+    events = dev.instance.all_logs(run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION)
+    mats = [e for e in events if e.dagster_event.asset_key == AssetKey(dev.asset)]
+    assert len(mats) == 1, f"run {run_id}: {len(mats)} materialisations of {dev.asset}"
+    return mats[0]
+
+
+def test_an_operator_archiving_the_range_the_sensor_requested_leaves_one_run_writing_it(
+        dev, kafka, kafka_server, swift_server, connect_server):
+    """Issue 21.1 on the real stack, the sensor running: while the lag sensor's run of a range is
+    queued or going, the operator adds that range and archives it from the CLI, as the README
+    says. Exactly one run writes its records (the other verifies it: already archived), no two
+    runs of the partition ever archive at the same time, and the archive verifies clean."""
+    import datetime
+
+    from matos_dagster.assets.archive import CLAIM_TAG
+    from matos_dagster.layout import join
+    from matos_dagster.ranges import OffsetRange
+    from matos_dagster.topics import TopicConfig
+    from matos_dagster.verify.audit import verify_topic
+
+    p, n = 0, 60  # above the batch of 50: the sensor requests them at its next tick
+    parts = list(range(PARTITIONS))
+    high = {q: h for q, (_, h) in kafka.watermarks(dev.topic, parts).items()}
+    # Nothing pending in the partition (after the tests above, or on a fresh topic when run alone).
+    assert (kafka.committed(dev.topic, [p], GROUP)[p] or 0) == high[p]
+    since = datetime.datetime.now(datetime.timezone.utc)
+    produce(kafka, dev.topic, [(f"op{i}".encode(), b"operator's range", [], p) for i in range(n)])
+    key = OffsetRange(dev.topic, p, high[p], high[p] + n).key
+    with shows_log(dev):
+        (sensor_run,) = wait_for(f"the lag sensor requests {key}", lambda: [
+            rec for rec in _archive_runs(dev, p, since) if rec.dagster_run.tags.get(SENSOR_TAG) == dev.lag_sensor
+        ], 120, dev, every=0.5)
+    assert sensor_run.dagster_run.tags["dagster/partition"] == key
+
+    # The operator, meanwhile: the README's two commands, in processes of their own.
+    env = {**os.environ, "DAGSTER_HOME": str(dev.home), "MATOS_TOPICS_FILE": str(dev.home.parent / "topics.yaml"),
+           "MATOS_KAFKA_BOOTSTRAP_SERVERS": kafka_server.bootstrap_servers,
+           "MATOS_SWIFT_AUTH_URL": swift_server.auth_url, "MATOS_SWIFT_CONTAINER": dev.container,
+           "MATOS_SPARK_MASTER": connect_server.url}
+    cli = [sys.executable, "-m", "matos_dagster"]
+    added = subprocess.run([*cli, "add-ranges", dev.topic, "--partition", str(p)], env=env, cwd=PROJECT_ROOT,
+                           capture_output=True, text=True, timeout=600)
+    assert added.returncode == 0, added.stderr
+    # The sensor's run may have archived it already (then nothing is pending); else the same key.
+    assert f"added {key}" in added.stdout or "nothing pending" in added.stdout, added.stdout
+    archived = subprocess.run([*cli, "archive", key], env=env, cwd=PROJECT_ROOT,
+                              capture_output=True, text=True, timeout=900)
+    assert archived.returncode == 0, archived.stderr
+    print(archived.stdout)
+
+    with shows_log(dev):
+        wait_for(f"the group commits {high[p] + n} in {dev.topic}/{p}",
+                 lambda: kafka.committed(dev.topic, [p], GROUP)[p] == high[p] + n, 600, dev)
+        # A tick begun after that has made any request the sensor was to make; then every run ends.
+        after = time.time()
+        wait_for("a tick of the lag sensor that began after the commit",
+                 lambda: [t for t in dev.lag_ticks(after=after) if t.status != TickStatus.STARTED], 120, dev)
+        runs = wait_for("the partition's archive runs end", lambda: (rs := _archive_runs(dev, p, since))
+                        and all(rec.dagster_run.status in _TERMINAL for rec in rs) and rs, 600, dev)
+    assert all(rec.dagster_run.status == DagsterRunStatus.SUCCESS for rec in runs), \
+        [(rec.dagster_run.run_id, rec.dagster_run.status) for rec in runs]
+    assert {rec.dagster_run.tags["dagster/partition"] for rec in runs} == {key}
+    by_cli = [rec for rec in runs if SENSOR_TAG not in rec.dagster_run.tags]
+    assert len(runs) == 2 and len(by_cli) == 1, [rec.dagster_run.tags for rec in runs]
+
+    # Exactly one run wrote the range's records; the other verified them, writing nothing.
+    metas = {rec.dagster_run.run_id: _materialization(dev, rec.dagster_run.run_id)
+             .dagster_event.event_specific_data.materialization.metadata for rec in runs}
+    written = {run_id: m["records_written"].value for run_id, m in metas.items()}
+    assert sorted(written.values()) == [0, n], written
+    (verifier,) = [run_id for run_id, w in written.items() if w == 0]
+    assert metas[verifier]["already_archived"].value is True and metas[verifier]["records"].value == n
+    print(f"wrote: {'the CLI' if written[by_cli[0].dagster_run.run_id] else 'the sensor'}'s run; "
+          f"waited: {[(run_id[:8], m['waited_for_other_runs_s'].value) for run_id, m in metas.items()]}")
+
+    # One at a time: each run archives from its turn (its claim, plus what it waited) to its
+    # materialisation, and a run's turn comes only once the run before it has ended.
+    turns = sorted(
+        (float(rec.dagster_run.tags[CLAIM_TAG]) + metas[rec.dagster_run.run_id]["waited_for_other_runs_s"].value,
+         rec.end_time, rec.dagster_run.run_id) for rec in runs)
+    (_, first_end, first), (second_turn, _, second) = turns
+    assert second_turn >= first_end - 0.1, f"run {second} archived from {second_turn}, before run {first} ended at {first_end}"
+
+    swift = SwiftResource(auth_url=swift_server.auth_url, user=swift_server.user, key=swift_server.key,
+                          container=dev.container)
+    with swift.store() as store:
+        assert check_archive(kafka, store, dev.topic, GROUP)[p] == high[p] + n
+        cfg = TopicConfig(name=dev.topic, group=GROUP)
+        report = verify_topic(kafka, store, join(store.params.prefix, cfg.prefix), cfg, sample=None)
+        assert report.ok, report.render()
