@@ -20,7 +20,11 @@ from matos_dagster.dagster_compat import PARTITION_NAME_TAG
 
 @contextlib.contextmanager
 def beating(instance: DagsterInstance, run_id: str, thresholds: heartbeat.Thresholds, warn):
-    """While inside, the run's heartbeat tag is refreshed every `thresholds.every_s` by its own thread."""
+    """While inside, the run's heartbeat tag is refreshed every `thresholds.every_s` by its own thread.
+
+    Write the run's other tags before entering: Dagster's add_run_tags rewrites the run's whole tag
+    set from what it read, so a tag written from another thread during a beat could be lost.
+    """
 
     def beat(now: float) -> None:
         instance.add_run_tags(run_id, {heartbeat.TAG: f"{now:.3f}"})
