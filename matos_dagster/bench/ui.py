@@ -1,4 +1,4 @@
-"""The UI after a simulated year: `python -m matos_dagster.bench --ui` (`make bench-ui`).
+"""The UI after a simulated year: `python -m matos_dagster.bench.ui` (`make bench-ui`).
 
 A fresh `DAGSTER_HOME` (the project's `dagster.yaml`) gets what a year at the default policy
 leaves with retention: one topic of 4 partitions, `MATOS_KEEP_KEYS` (1,000) keys per partition,
@@ -41,6 +41,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from matos_dagster.ranges import OffsetRange
+from matos_dagster.retention import Policy
 from matos_dagster.topics import TopicConfig
 
 PARTITIONS = 4
@@ -342,8 +343,9 @@ def markdown(results: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m matos_dagster.bench.ui", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=".bench", help="folder for ui.json and ui.md (.bench/)")
-    p.add_argument("--keep-keys", type=int, default=1000, help="keys per partition after retention (MATOS_KEEP_KEYS)")
-    p.add_argument("--keep-runs", type=int, default=1000, help="runs per job after retention (MATOS_KEEP_RUNS)")
+    policy = Policy()  # the retention job's defaults
+    p.add_argument("--keep-keys", type=int, default=policy.keep_keys, help="keys per partition after retention (MATOS_KEEP_KEYS)")
+    p.add_argument("--keep-runs", type=int, default=policy.keep_runs, help="runs per job after retention (MATOS_KEEP_RUNS)")
     p.add_argument("--more-keys", type=int, default=100_000, help="keys of the comparison without key retention")
     p.add_argument("--module", default="matos_dagster.definitions", help="the code location's module (-m)")
     args = p.parse_args(argv)
