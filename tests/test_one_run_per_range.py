@@ -12,7 +12,7 @@ import threading
 import time
 import uuid
 
-from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, materialize
+from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, MetadataValue, materialize
 
 from helpers import check_archive, manifests, produce
 from matos_dagster.assets.archive import CLAIM_TAG, RANGE_TAG, TOPIC_PARTITION_TAG, archive_asset
@@ -100,6 +100,12 @@ def test_a_run_of_a_range_already_archived_only_verifies_it_and_rewrites_nothing
                             resources={"kafka": kafka, "swift": swift, "spark": spark_resource})
         (mat,) = first.asset_materializations_for_node(cfg.asset_name)
         assert mat.metadata["records_written"].value == 30 and not mat.metadata["already_archived"].value
+        # Typed for Dagster's plots (ints and floats plot; times are timestamps): see assets/archive.metadata.
+        assert mat.metadata["lag_behind_log_end"] == MetadataValue.int(0)  # it archived up to the log end
+        assert mat.metadata["start"] == MetadataValue.int(0) and mat.metadata["end"] == MetadataValue.int(30)
+        assert isinstance(mat.metadata["seconds_after_newest_record"], type(MetadataValue.float(0.0)))
+        assert mat.metadata["seconds_after_newest_record"].value >= 0
+        assert isinstance(mat.metadata["archived_at"], type(MetadataValue.timestamp(0.0)))
         with swift.store() as store:
             (doc,) = manifests(store, topic)
             names = [o["name"] for o in doc["objects"]] + [mat.metadata["manifest"].value]
