@@ -104,15 +104,15 @@ def test_the_check_finds_a_table_that_lost_a_range(kafka, swift, spark, new_topi
 
     # The job checks (and fails, naming the file), then rebuilds the table from the manifests.
     job = iceberg_job([cfg])
-    checked = job.execute_in_process(run_config={"ops": {"iceberg_table": {"config": {"topic": topic}}}},
+    checked = job.execute_in_process(run_config={"ops": {"table_from_manifests": {"config": {"topic": topic}}}},
                                      resources={"swift": swift}, raise_on_error=False)
     assert not checked.success
     failure = checked.get_step_failure_events()[0].event_specific_data
     assert "differs from its manifests" in failure.error.message
     assert lost in failure.user_failure_data.metadata["problems"].md_str
-    rebuilt = job.execute_in_process(run_config={"ops": {"iceberg_table": {"config": {"topic": topic, "rebuild": True}}}},
+    rebuilt = job.execute_in_process(run_config={"ops": {"table_from_manifests": {"config": {"topic": topic, "rebuild": True}}}},
                                      resources={"swift": swift})
-    assert rebuilt.output_for_node("iceberg_table") == 60
+    assert rebuilt.output_for_node("table_from_manifests") == 60
 
 
 def test_compaction_replaces_the_small_ranges_files_in_the_table_and_a_missed_replacement_is_repaired(

@@ -1,7 +1,7 @@
 """The iceberg_table job: rebuild a topic's Iceberg table from the manifests alone, or compare the two.
 
     dagster job execute -m matos_dagster.definitions -j iceberg_table \\
-        -c <(echo '{ops: {iceberg_table: {config: {topic: demo, rebuild: true}}}}')
+        -c <(echo '{ops: {table_from_manifests: {config: {topic: demo, rebuild: true}}}}')
 
 `rebuild: false` (the default) only checks: the table's files and record counts against the
 manifests up to each partition's watermark (a full audit: it reads every manifest). `rebuild: true`
@@ -29,7 +29,7 @@ class IcebergConfig(Config):
 def iceberg_job(topics: list[TopicConfig]):
     by_name = {t.name: t for t in topics}
 
-    @op(name="iceberg_table", description="Rebuild a topic's Iceberg table from its manifests, and/or check it.")
+    @op(name="table_from_manifests", description="Rebuild a topic's Iceberg table from its manifests, and/or check it.")
     def _table(context: OpExecutionContext, config: IcebergConfig, swift: SwiftResource) -> Output[int]:
         topic = by_name.get(config.topic)
         if topic is None:
