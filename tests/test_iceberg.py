@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import threading
 import uuid
+from datetime import datetime, timezone
 
 import pyarrow as pa
 import pytest
+from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, LessThan
 
 from helpers import check_archive, produce, read_kafka, table_rows
 from matos_dagster import layout, records
@@ -68,6 +70,12 @@ def test_the_table_holds_exactly_the_archived_records_after_a_killed_run_and_a_s
         table = tables.table(topic, create=False)
         assert as_rows(table.scan().to_arrow()) == expected
         assert f"s3://{store.container}/{stray}" not in table_files(table)
+        # pyiceberg with a row filter by partition, offset and timestamp (Iceberg's file metrics prune).
+        since = expected[70]["timestamp"]
+        where = And(EqualTo("partition", 0), GreaterThanOrEqual("offset", 50), LessThan("offset", 110),
+                    GreaterThanOrEqual("timestamp", datetime.fromtimestamp(since / 1000, timezone.utc).isoformat()))
+        assert as_rows(table.scan(row_filter=where).to_arrow()) == [
+            r for r in expected if r["partition"] == 0 and 50 <= r["offset"] < 110 and r["timestamp"] >= since]
 
         con = duckdb_connection(tables.s3)
         try:
