@@ -8,6 +8,7 @@ work (tests/test_cli.py runs `dagster definitions validate`), with Dagster's Sup
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import uuid
@@ -24,8 +25,6 @@ DG = str(BIN / "dg")
 
 def offline_env(tmp_path, topics_yaml: str = "topics:\n  - name: demo\n") -> dict:
     """A user's environment for commands that only load the definitions (no server is reached)."""
-    import os
-
     (tmp_path / "topics.yaml").write_text(topics_yaml)
     home = tmp_path / "dagster_home"
     home.mkdir()

@@ -30,7 +30,7 @@ from dagster import (
     job,
     op,
 )
-from matos_dagster.assets.archive import archive_asset
+
 from matos_dagster.dagster_compat import backfill_status, submit_asset_backfill
 from matos_dagster.ranges import parse_key
 from matos_dagster.topics import TopicConfig
@@ -45,9 +45,9 @@ def submit(instance: DagsterInstance, topic: TopicConfig, keys: list[str]) -> st
     """One asset backfill of these (added) keys of `topic`'s archive asset; its id."""
     from matos_dagster.definitions import defs  # loaded already: the job runs in it
 
-    asset = archive_asset(topic)
     title = f"{topic.name}: {len(keys)} pending range{'s' if len(keys) != 1 else ''}"
-    return submit_asset_backfill(instance, defs.resolve_asset_graph(), asset.key, sorted(keys), {TOPIC_TAG: topic.name}, title)
+    return submit_asset_backfill(instance, defs.resolve_asset_graph(), AssetKey(topic.asset_name), sorted(keys),
+                                 {TOPIC_TAG: topic.name}, title)
 
 
 def daemon_running(instance: DagsterInstance) -> bool:
