@@ -363,6 +363,36 @@ def keep_table(store: Store, prefix: str, topic, partition: int, say: Callable[[
             "but not yet in the table (a run stopped between its manifest and its table commit, or a hole before them)"]
 
 
+@dataclass(frozen=True)
+class TableState:
+    """The topic's table as a run leaves it: what the archive asset's metadata shows."""
+
+    table: str
+    snapshot_id: int | None  # None: no snapshot yet
+    records: int  # in the whole table, every partition
+    files: int
+    watermark: int | None  # the run's Kafka partition's: the table holds its records below this offset
+
+
+def table_state(store: Store, topic, partition: int) -> TableState | None:
+    """The topic's table now (after keep_table's commit, or another run's since): None when tables are off."""
+    if not enabled() or topic.format != "parquet":
+        return None
+    try:
+        tables = Tables(store)
+        t = tables.table(topic.name, create=False)
+    except Exception as e:  # noqa: BLE001 - the catalog's or S3's own: the archive itself is done
+        raise TableError(f"{topic.name}: the Iceberg table's state could not be read ({type(e).__name__}: {e}); "
+                         "check MATOS_ICEBERG_CATALOG and MATOS_S3_*") from None
+    name = ".".join(tables.identifier(topic.name))
+    snap = t.current_snapshot() if t is not None else None
+    if snap is None:
+        return TableState(name, None, 0, 0, None)
+    s = snap.summary
+    return TableState(name, snap.snapshot_id, int(s["total-records"] or 0), int(s["total-data-files"] or 0),
+                      marks_of(t).get(partition))
+
+
 def keep_compacted(store: Store, prefix: str, topic, partition: int, spans: list[tuple[int, int]],
                    say: Callable[[str], None] = log.info) -> list[str]:
     """Compaction's hook, after a switch and again before the replaced folders are deleted: the

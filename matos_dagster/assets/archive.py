@@ -14,7 +14,7 @@ from dagster import (
     asset,
 )
 
-from matos_dagster import heartbeat, turns
+from matos_dagster import heartbeat, iceberg, turns
 from matos_dagster.archive import Archived, archive_range
 from matos_dagster.dead_runs import beating, waits_for
 from matos_dagster.ranges import KEY_FORM, OffsetRange, parse_key
@@ -68,13 +68,39 @@ def archive_asset(topic: TopicConfig) -> AssetsDefinition:
             # Spark only if there is something to write: a range already archived is only verified.
             done = archive_range(r, topic, kafka, store, lambda: spark.spark_session, say=context.log.info)
             location = f"{store.url}/{store.container}/{done.manifest_name.rsplit('/', 1)[0]}/"
+            table = _table_state(store, topic, r.partition, context.log.warning)
         for note in done.notes:
             context.log.warning(note)
         meta = metadata(done, location)
+        if table is not None:
+            meta.update(table_metadata(table))
         meta["waited_for_other_runs_s"] = MetadataValue.float(round(waited, 3))
         return MaterializeResult(metadata=meta)
 
     return _archive
+
+
+def _table_state(store, topic: TopicConfig, partition: int, warn) -> iceberg.TableState | None:
+    """The topic's Iceberg table after this run (MATOS_ICEBERG_TABLES; None when off)."""
+    try:
+        return iceberg.table_state(store, topic, partition)
+    except iceberg.TableError as e:  # the range is archived: only the table's figures are missing
+        warn(str(e))
+        return None
+
+
+def table_metadata(t: iceberg.TableState) -> dict:
+    """The table's snapshot and size after the run: `iceberg_records` plots the table growing."""
+    meta = {
+        "iceberg_table": MetadataValue.text(t.table),
+        "iceberg_records": MetadataValue.int(t.records),
+        "iceberg_files": MetadataValue.int(t.files),
+    }
+    if t.snapshot_id is not None:  # an id, not a quantity: text, so Dagster does not plot it
+        meta["iceberg_snapshot_id"] = MetadataValue.text(str(t.snapshot_id))
+    if t.watermark is not None:
+        meta["iceberg_watermark"] = MetadataValue.int(t.watermark)
+    return meta
 
 
 def claim_turn(instance: DagsterInstance, run_id: str, r: OffsetRange) -> turns.Claim:
