@@ -10,8 +10,7 @@ check.
 Each test runs on the local instance (dagster.yaml: sqlite); those in ON_POSTGRES run again on
 the production instance (dagster.postgres.yaml) with a real PostgreSQL server the module
 starts (tests/pg_server.py): the same sensor, queue, limits and runs on Dagster's production
-storage. The others (the UI, the long quiet period) say nothing about the storage, and the
-module's time budget is spent on those that do.
+storage. The others run on sqlite only, for the module's time budget.
 """
 
 from __future__ import annotations
@@ -49,10 +48,13 @@ INTERVAL_S = 5
 GROUP = "matos-archiver"
 SENSOR_TAG = "dagster/sensor_name"
 _TERMINAL = {DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
+# Few, for the time budget (these two: about 4 minutes on PostgreSQL on the loaded 2-core machine,
+# server and dagster dev included). The quiet-sensor test passes there too (46 s; the sensor's ticks
+# are stored on PostgreSQL while archiving anyway); the operator's CLI archive would need
+# **dev.instance_env in its CLI's environment first (not tried on PostgreSQL).
 ON_POSTGRES = {
     "test_the_daemon_archives_new_records_by_itself",
     "test_an_archive_run_is_followed_by_a_monitor_run",
-    "test_with_no_new_records_the_sensor_skips_and_launches_nothing",
 }
 
 
