@@ -2,7 +2,9 @@
 
 A `dagster-daemon` (what `make run` / `dg dev` run besides the UI) runs the backfills here: the
 feature is the daemon's. The topic's batch thresholds are never reached, so its lag sensor
-requests nothing and every range is archived by the backfill alone.
+requests nothing and every range is archived by the backfill alone. Those daemon tests take
+minutes (the daemon's backfill iterations, a run per range): `slow`, in `make test-all`. What the
+command submits, and its refusals, are checked without a daemon in `make test`.
 """
 
 from __future__ import annotations
@@ -16,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
+from dagster import AssetKey, DagsterInstance, DagsterRunStatus, RunsFilter
 
-from helpers import check_archive, manifests, produce, read_archive, read_kafka
+from helpers import check_archive, manifests, produce, read_archive, read_kafka, user_env
 from matos_dagster.jobs import backfill as bf
 from matos_dagster.ranges import OffsetRange
 from matos_dagster.resources import SwiftResource
@@ -113,6 +115,7 @@ def archived_exactly_once(d: Daemon, kafka, partitions: int) -> None:
             assert rows == read_kafka(kafka, d.topic, p)
 
 
+@pytest.mark.slow  # the daemon's backfill iterations (every 30 s) and a run per range: minutes
 def test_one_command_archives_everything_pending_as_one_backfill_the_daemon_runs(daemon, kafka):
     d = daemon
     kafka.create_topic(d.topic, 2)
@@ -141,6 +144,36 @@ def test_one_command_archives_everything_pending_as_one_backfill_the_daemon_runs
     again = matos(d, "backfill", d.topic)
     assert again.returncode == 0 and again.stdout.strip() == f"nothing pending in {d.topic}: no backfill"
     assert len(backfills_of(d, d.topic)) == 1
+
+
+def test_the_command_records_one_backfill_of_exactly_the_pending_ranges(tmp_path, kafka, kafka_server, swift_server):
+    """No daemon here (make test): what the command submits; the daemon's part is the slow test above."""
+    topic = f"bfs-{uuid.uuid4().hex[:8]}"
+    env = user_env(tmp_path, kafka_server, swift_server,
+                   f"topics:\n  - name: {topic}\n    batch: {{max_range_records: 50}}\n",
+                   container=f"bfs-{uuid.uuid4().hex[:8]}")
+    kafka.create_topic(topic, 1)
+    produce(kafka, topic, [(b"k", f"v{i}".encode(), [], 0) for i in range(80)])
+    p = subprocess.run([*MATOS, "backfill", topic], env=env, cwd=tmp_path, capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    keys = [OffsetRange(topic, 0, 0, 50).key, OffsetRange(topic, 0, 50, 80).key]
+    with DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
+        (one,) = instance.get_backfills()
+        assert p.stdout.splitlines() == [
+            f"backfill {one.backfill_id}: 2 range(s) of {topic}, {keys[0]} .. {keys[1]}",
+            f"  progress in the UI: Runs -> Backfills -> {one.backfill_id}",
+            f"  no Dagster daemon runs for {env['DAGSTER_HOME']} now: the backfill starts when one does "
+            "(make run, or dg dev)"]
+        assert one.status.value == "REQUESTED" and one.title == f"{topic}: 2 pending ranges"
+        assert one.tags[bf.TOPIC_TAG] == topic
+        asset = "archive_" + topic.replace("-", "_")
+        assert instance.get_dynamic_partitions(f"{asset}_ranges") == keys
+        target = one.asset_backfill_data.target_subset
+        assert [k.to_user_string() for k in target.asset_keys] == [asset]
+        assert sorted(target.get_partitions_subset(AssetKey(asset)).get_partition_keys()) == keys
+        # Only the command's own run (the backfill job), no archive run: the daemon launches those.
+        assert [r.job_name for r in instance.get_runs()] == [bf.JOB]
 
 
 @pytest.mark.slow  # a second backfill through the daemon: minutes on a loaded 2-core machine
