@@ -422,7 +422,7 @@ class SwiftServer:
         return self._sharding_tool("state", account or self.account, container)
 
     def shard(self, container: str, rows: int, account: str | None = None, max_passes: int = 30,
-              wait: bool = True, **sharder: str | int) -> dict:
+              wait: bool = True, timeout_s: float = 900, **sharder: str | int) -> dict:
         """Shard `container` as a Swift operator does; return once it is sharded.
 
         `swift-manage-shard-ranges <db> --config container-server.conf find_and_replace <rows>
@@ -437,31 +437,36 @@ class SwiftServer:
 
         `wait=False` returns after `max_passes` passes whatever the state (a sharding under
         way); `sharder` overrides [container-sharder] options for these passes
-        (`cleave_batch_size=1`: one shard range a pass).
+        (`cleave_batch_size=1`: one shard range a pass). Raises if it takes over `timeout_s`
+        (the sharding process is stopped; the next call carries the sharding on).
         """
         if rows < 1:
             raise ValueError(f"rows must be >= 1, got {rows}")
         t0 = time.monotonic()
         out = self._sharding_tool("shard", account or self.account, container, str(rows),
                                   str(self.conf_files["container"]), str(max_passes),
-                                  json.dumps({k: str(v) for k, v in sharder.items()}))
+                                  json.dumps({k: str(v) for k, v in sharder.items()}), timeout_s=timeout_s)
         if wait and out["state"] != "sharded":
             raise RuntimeError(
                 f"container {container!r} is still {out['state']} after {out['passes']} sharder passes; "
                 f"see {self.sharder_log}")
         return {**out, "seconds": time.monotonic() - t0}
 
-    def _sharding_tool(self, *args: str) -> dict:
+    def _sharding_tool(self, *args: str, timeout_s: float = 120) -> dict:
         """Run _SHARDING_SCRIPT in the swift venv (swift_dir set: there is no /etc/swift)."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         with open(self.sharder_log, "ab") as log:
             log.write(f"$ {' '.join(args)}\n".encode())
             log.flush()
-            proc = subprocess.run(
-                [str(self.venv / "bin" / "python"), "-c", _SHARDING_SCRIPT,
-                 json.dumps({"swift_dir": str(self.etc), "devices": str(self.devices), "args": list(args)})],
-                stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
-                env=self._server_env(), cwd=self.data_dir)
+            try:
+                proc = subprocess.run(
+                    [str(self.venv / "bin" / "python"), "-c", _SHARDING_SCRIPT,
+                     json.dumps({"swift_dir": str(self.etc), "devices": str(self.devices), "args": list(args)})],
+                    stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
+                    env=self._server_env(), cwd=self.data_dir, timeout=timeout_s)
+            except subprocess.TimeoutExpired:  # run() has killed it
+                raise RuntimeError(f"swift {args[0]} did not finish within {timeout_s:.0f} s and was stopped; "
+                                   f"see {self.sharder_log}") from None
         out = proc.stdout.decode(errors="replace")
         if proc.returncode != 0:
             said = _tail(self.sharder_log, 1)
@@ -715,7 +720,7 @@ def locate(account, container):
     part, nodes = Ring(cmd["swift_dir"], ring_name="container").get_nodes(account, container)
     h = hash_path(account, container)
     db = os.path.join(cmd["devices"], nodes[0]["device"], "containers", str(part), h[-3:], h, h + ".db")
-    return {"partition": part, "db": db}
+    return {"partition": part, "db": db, "node": nodes[0]}
 
 
 def state(db):
@@ -732,6 +737,7 @@ def state(db):
 
 
 where = locate(args[0], args[1])
+node = where.pop("node")
 if what != "locate" and not os.path.isdir(os.path.dirname(where["db"])):
     sys.exit("container %s/%s has no database on this Swift (%s): is the name right, and does it exist?"
              % (args[0], args[1], os.path.dirname(where["db"])))
@@ -741,6 +747,11 @@ elif what == "state":
     out = {**where, **state(where["db"])}
 elif what == "shard":
     rows, conf_file, max_passes, overrides = args[2], args[3], int(args[4]), json.loads(args[5])
+    # A HEAD through the container server first: it merges the updates still pending beside
+    # the database into it. Without it, a sharder pass right after a burst of object PUTs was
+    # seen to wait forever while cleaving the first shard range.
+    from swift.common.direct_client import direct_head_container
+    direct_head_container(node, where["partition"], args[0], args[1])
     found = not state(where["db"])["shard_ranges"]
     if found:  # else a sharding begun before: carry it on
         from swift.cli.manage_shard_ranges import main
@@ -756,7 +767,11 @@ elif what == "shard":
     utils.monkey_patch()
     eventlet.hubs.use_hub(utils.get_hub())
     conf = {**utils.readconf(conf_file, "container-sharder"), **overrides}
-    sharder = ContainerSharder(conf, logger=utils.get_logger(conf, conf["log_name"], log_to_console=True))
+    try:
+        sharder = ContainerSharder(conf, logger=utils.get_logger(conf, conf["log_name"], log_to_console=True))
+    except SystemExit as e:  # e.g. no internal-client.conf: say why, and leave at once
+        print("the container sharder cannot start: %s" % e, file=sys.stderr, flush=True)
+        os._exit(1)
     passes = 0
     while state(where["db"])["state"] != "sharded" and passes < max_passes:
         print("$ swift-container-sharder %s --once   # pass %d" % (conf_file, passes + 1), file=sys.stderr, flush=True)
@@ -768,8 +783,9 @@ elif what == "shard":
     out = {**where, **state(where["db"]), "passes": passes, "found": found}
 else:
     sys.exit("unknown step %r" % what)
-sys.stdout.flush()
-print(json.dumps(out))
+print(json.dumps(out), flush=True)
+sys.stderr.flush()
+os._exit(0)  # not through interpreter shutdown, where eventlet's hub can keep the process waiting
 """
 
 
