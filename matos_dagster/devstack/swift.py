@@ -8,11 +8,13 @@ tempauth), account, container and object; one replica, one device. There is no
 
     data_dir/
       state.json          backend ports, hash path suffix, Fernet key (kept across restarts)
-      etc/                swift.conf, the four server confs, *.builder and *.ring.gz
+      etc/                swift.conf, the four server confs, internal-client.conf, *.builder and *.ring.gz
       etc/pylib/          a small module of ours the servers import (cache, log hook)
       devices/d1/         the one "disk" (mount_check = false)
       run/<server>.pid    PID and start time of each running server
       log/<server>.log    each server's log (-v logs to stderr, which is appended here)
+      log/container-sharder.log   what shard() ran and the sharder said
+      recon/              the sharder's recon cache
 
 Lean on purpose, for a 2-core machine: no replicator, updater, auditor, expirer, reaper
 or sharder daemons run. The container server is ready to shard all the same: its conf has a
