@@ -173,7 +173,7 @@ def backend_sharding_state(swift_server, container: str) -> str:
 
 @pytest.mark.parametrize("ranges, rows, thorough", [
     # make test: the finder near every shard boundary, the verifier from an offset, the reader.
-    pytest.param(40, 16, False, id="40-ranges-shards-of-16-rows"),
+    pytest.param(24, 12, False, id="24-ranges-shards-of-12-rows"),
     # make test-all: also the answers half-way through the sharding, and a full audit.
     pytest.param(300, 100, True, id="300-ranges-shards-of-100-rows", marks=pytest.mark.slow),
 ])
