@@ -17,7 +17,6 @@ test-output/test_crashed_run/crashed_run.json (the README's figures); they are n
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re

@@ -4,8 +4,8 @@
 4-partition topic that a producer thread feeds at ~200 records/s for MATOS_SOAK_S seconds
 (default 1200). Every few minutes a fault is injected, in turn: the Kafka broker stopped
 ~10 s and restarted, the Swift proxy stopped ~10 s and restarted, a Spark Python worker of a
-running archive run killed. (SIGKILL of a run's process is left out: the default run launcher
-cannot see it, and the run would stay STARTED until run monitoring's one-hour limit.)
+running archive run killed. (A SIGKILL of a run's whole process, and of the whole `dagster dev`,
+is tests/test_crashed_run.py's: the heartbeat rule fails such a run within about 95 s.)
 
 Then producing stops, the group must reach the log end of every partition, and the verifier
 compares every archived record with Kafka. Numbers go to test-output/<test>/soak.json.
@@ -27,7 +27,7 @@ from collections import Counter
 
 import pytest
 from confluent_kafka.admin import NewTopic
-from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
+from dagster import DagsterInstance, DagsterRunStatus
 
 from helpers import manifests, read_archive
 from matos_dagster import layout
@@ -36,7 +36,7 @@ from matos_dagster.resources import SwiftResource
 from matos_dagster.settings import PROJECT_ROOT
 from matos_dagster.topics import TopicConfig
 from matos_dagster.verify import verify_topic
-from test_daemon import DAGSTER, SENSOR_TAG, Dev, _stop_group, shows_log, wait_for
+from test_daemon import DAGSTER, Dev, _stop_group, shows_log, wait_for
 from test_faults import busiest_python_worker, kafka_answers, stop_swift_proxy
 
 SOAK_S = float(os.environ.get("MATOS_SOAK_S", "1200"))

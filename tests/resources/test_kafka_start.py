@@ -58,5 +58,5 @@ def test_a_partition_that_never_gets_a_leader_fails_with_a_clear_error_after_the
     name = fresh_name()
     kafka.create_topic(name, 1)
     short = kafka.model_copy(update={"timeout_s": 2})
-    with pytest.raises(KafkaUnavailable, match=rf"Kafka at .* did not answer within 2s"):
+    with pytest.raises(KafkaUnavailable, match=r"Kafka at .* did not answer within 2s"):
         short.watermarks(name, [9])
