@@ -50,11 +50,12 @@ SENSOR_TAG = "dagster/sensor_name"
 _TERMINAL = {DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
 # Few, for the time budget (these two: about 4 minutes on PostgreSQL on the loaded 2-core machine,
 # server and dagster dev included). The quiet-sensor test passes there too (46 s; the sensor's ticks
-# are stored on PostgreSQL while archiving anyway); the operator's CLI archive would need
-# **dev.instance_env in its CLI's environment first (not tried on PostgreSQL).
+# are stored on PostgreSQL while archiving anyway). The operator's CLI archive runs there too: the
+# one run per range guarantee (run tags, the queue's per-key limit) on the production storage.
 ON_POSTGRES = {
     "test_the_daemon_archives_new_records_by_itself",
     "test_an_archive_run_is_followed_by_a_monitor_run",
+    "test_an_operator_archiving_the_range_the_sensor_requested_leaves_one_run_writing_it",
 }
 
 
@@ -449,7 +450,7 @@ def test_an_operator_archiving_the_range_the_sensor_requested_leaves_one_run_wri
     assert sensor_run.dagster_run.tags["dagster/partition"] == key
 
     # The operator, meanwhile: the README's two commands, in processes of their own.
-    env = {**os.environ, "DAGSTER_HOME": str(dev.home), "MATOS_TOPICS_FILE": str(dev.home.parent / "topics.yaml"),
+    env = {**os.environ, **dev.instance_env, "DAGSTER_HOME": str(dev.home), "MATOS_TOPICS_FILE": str(dev.home.parent / "topics.yaml"),
            "MATOS_KAFKA_BOOTSTRAP_SERVERS": kafka_server.bootstrap_servers,
            "MATOS_SWIFT_AUTH_URL": swift_server.auth_url, "MATOS_SWIFT_CONTAINER": dev.container,
            "MATOS_SPARK_MASTER": connect_server.url}
