@@ -67,30 +67,43 @@ def test_only_started_runs_of_the_topic_that_stopped_beating_are_failed_saying_w
     assert fail_dead_runs(instance, "orders", T, Log()) == []
 
 
-def test_the_lag_sensor_fails_a_run_that_stopped_beating_and_requests_its_range_again_in_the_same_tick(
-        kafka, instance, new_topic, monkeypatch):
-    monkeypatch.setenv("MATOS_HEARTBEAT_S", "15")
-    monkeypatch.setenv("MATOS_DEAD_RUN_AFTER_S", "90")
-    name = new_topic()
-    produce(kafka, name, [(b"k", b"v", [])] * 120)
-    topic = TopicConfig(name, group=f"g-{uuid.uuid4().hex[:6]}", batch_records=100, batch_age_s=3600)
-    sensor = lag_sensor(topic, ranges_partitions(topic), 30)
-    cursor = None
+class Lag:
+    """A lag sensor of a fresh topic with 120 records (batches of 100), ticked on a real instance."""
 
-    def tick():
-        nonlocal cursor
-        result = sensor(build_sensor_context(instance=instance, cursor=cursor, sensor_name=sensor.name,
-                                             resources={"kafka": kafka}))
-        cursor = result.cursor
+    def __init__(self, kafka, instance, name: str):
+        self.kafka, self.instance = kafka, instance
+        produce(kafka, name, [(b"k", b"v", [])] * 120)
+        topic = TopicConfig(name, group=f"g-{uuid.uuid4().hex[:6]}", batch_records=100, batch_age_s=3600)
+        self.sensor = lag_sensor(topic, ranges_partitions(topic), 30)
+        self.cursor = None
+
+    def tick(self):
+        """One evaluation, as the daemon's: the cursor carried from the last."""
+        result = self.sensor(build_sensor_context(instance=self.instance, cursor=self.cursor,
+                                                  sensor_name=self.sensor.name, resources={"kafka": self.kafka}))
+        self.cursor = result.cursor
         return result
 
-    (request,) = tick().run_requests
-    r = parse_key(request.partition_key)
-    # The daemon launched it; it beat, then its process (and its code server) died 100 s ago.
-    run = started_run(instance, request.partition_key, beat_age_s=100,
-                      **{RUN_KEY_TAG: request.run_key, SENSOR_NAME_TAG: sensor.name})
+    def launched(self, request, beat_age_s: float):
+        """The run the daemon launched for `request`, STARTED, its last beat `beat_age_s` ago."""
+        return started_run(self.instance, request.partition_key, beat_age_s=beat_age_s,
+                           **{RUN_KEY_TAG: request.run_key, SENSOR_NAME_TAG: self.sensor.name})
 
-    result = tick()
+
+@pytest.fixture
+def lag(kafka, instance, new_topic, monkeypatch):
+    monkeypatch.setenv("MATOS_HEARTBEAT_S", "15")
+    monkeypatch.setenv("MATOS_DEAD_RUN_AFTER_S", "90")
+    return Lag(kafka, instance, new_topic())
+
+
+def test_the_lag_sensor_fails_a_run_that_stopped_beating_and_requests_its_range_again_in_the_same_tick(
+        lag, instance):
+    (request,) = lag.tick().run_requests
+    r = parse_key(request.partition_key)
+    run = lag.launched(request, beat_age_s=100)  # it beat, then its process (and its code server) died
+
+    result = lag.tick()
 
     assert status(instance, run) == DagsterRunStatus.FAILURE
     (again,) = result.run_requests
@@ -98,20 +111,12 @@ def test_the_lag_sensor_fails_a_run_that_stopped_beating_and_requests_its_range_
     assert "failed; requested again" in again.tags["matos/reason"]
 
 
-def test_a_live_run_that_beats_stays_in_flight_however_long_it_runs(kafka, instance, new_topic, monkeypatch):
-    monkeypatch.setenv("MATOS_HEARTBEAT_S", "15")
-    monkeypatch.setenv("MATOS_DEAD_RUN_AFTER_S", "90")
-    name = new_topic()
-    produce(kafka, name, [(b"k", b"v", [])] * 120)
-    topic = TopicConfig(name, group=f"g-{uuid.uuid4().hex[:6]}", batch_records=100, batch_age_s=3600)
-    sensor = lag_sensor(topic, ranges_partitions(topic), 30)
-    first = sensor(build_sensor_context(instance=instance, sensor_name=sensor.name, resources={"kafka": kafka}))
-    (request,) = first.run_requests
-    # Started long ago (an hour of Spark), still beating: never failed.
-    run = started_run(instance, request.partition_key, beat_age_s=5,
-                      **{RUN_KEY_TAG: request.run_key, SENSOR_NAME_TAG: sensor.name})
-    result = sensor(build_sensor_context(instance=instance, cursor=first.cursor, sensor_name=sensor.name,
-                                         resources={"kafka": kafka}))
+def test_a_live_run_that_beats_stays_in_flight_however_long_it_runs(lag, instance):
+    (request,) = lag.tick().run_requests
+    run = lag.launched(request, beat_age_s=5)  # started long ago (an hour of Spark), still beating
+
+    result = lag.tick()
+
     assert status(instance, run) == DagsterRunStatus.STARTED
     assert not result.run_requests and "is in flight" in result.skip_reason.skip_message
 
