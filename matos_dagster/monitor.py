@@ -15,8 +15,10 @@ Status over a window of recent evaluations, as Burrow evaluates a consumer:
 
 Incremental: each evaluation hands the next one a `Known` per partition, how far the archive
 is contiguous and sound; the next lists only from there (`entries_from`), so an evaluation
-costs the same at any history. The first one (no `Known`) reads the partition once, whole.
-Full audits are the verifier's (`verify`).
+costs the same at any history. The same `Known` is kept in the archive (monitor_marks.py), so
+an instance without the check's earlier evaluations starts from it too, once `start_from` has
+checked that it still holds; only the very first evaluation of an archive (no `Known`
+anywhere) reads the partition once, whole. Full audits are the verifier's (`verify`).
 
 No Dagster imports.
 """
@@ -96,6 +98,48 @@ class PartitionReport:
 
     def sample(self, now: float) -> Sample:
         return Sample(now, self.committed, self.lag_records)
+
+
+# Where an evaluation starts (`start_from`'s second value).
+FROM_INSTANCE = "instance"  # the check's metadata of its last evaluation
+FROM_MARK = "mark"  # the monitor's mark in the archive
+WHOLE = "whole"  # no usable Known: the partition read whole
+WHOLE_MARK_STALE = "whole: the mark no longer holds"
+
+
+def start_from(archive: PartitionArchive, known: Known | None, marked: Known | None,
+               high: int) -> tuple[Known | None, str]:
+    """What this evaluation takes as given: the further of `known` (the check's metadata of its
+    last evaluation on this instance) and `marked` (the archive's mark, monitor_marks.py), the
+    mark only if `mark_holds`; and which it was. `high`: the partition's log end offset."""
+    if known is not None and known.sound_to > high:
+        known = None  # the topic was made anew: what was known is of another topic
+    if marked is None or (known is not None and marked.sound_to <= known.sound_to):
+        return known, FROM_INSTANCE if known is not None else WHOLE
+    if marked.sound_to <= high and mark_holds(archive, marked):
+        return marked, FROM_MARK
+    return (known, FROM_INSTANCE) if known is not None else (None, WHOLE_MARK_STALE)
+
+
+def mark_holds(archive: PartitionArchive, k: Known) -> bool:
+    """Whether a mark still describes this archive, by two to four small listings whatever the
+    history: an entry still reaches `sound_to` from inside the known part, and none starts below
+    `first`.
+
+    What may change below `sound_to` after the mark was written, and why this is enough:
+    compaction puts a containing range over contained ones, same offsets (archived.py keeps
+    the effective ones), and deletes the contained folders after its grace period: the entry
+    reaching `sound_to` is then the containing one, and every offset stays held once. A loss
+    is acknowledged only for offsets no entry holds (loss.py): below `first`, never inside
+    the known part; an entry below `first` (such a loss, or ranges archived from an offset
+    moved back) makes the mark stale. A topic made anew shows as `sound_to` past its log end
+    (`start_from`). Folders deleted by hand, or ranges written over the known part, are what
+    the verifier's full audit finds (`verify --all`), as for the check's own metadata.
+    """
+    last = archive.last_before(k.sound_to)
+    if last is None or last.start < k.first or last.end < k.sound_to:
+        return False
+    return k.first == 0 or archive.last_before(k.first) is None
 
 
 def read_entries(archive: PartitionArchive, known: Known | None, high: int) -> list[Entry]:

@@ -3,7 +3,10 @@
 import pytest
 
 from matos_dagster.archived import LOSS, RANGE, Entry
-from matos_dagster.monitor import ERROR, OK, WARN, WINDOW, Known, Sample, evaluate_partition, overall
+from matos_dagster.monitor import (
+    ERROR, FROM_INSTANCE, FROM_MARK, OK, WARN, WHOLE, WHOLE_MARK_STALE, WINDOW, Known, Sample, evaluate_partition, overall,
+    start_from,
+)
 from matos_dagster.topics import TopicConfig
 
 T = TopicConfig("t", lag_warn_records=100, stall_s=600)
@@ -165,3 +168,81 @@ def test_a_range_containing_the_end_of_the_known_part_stands_for_it_and_is_no_ov
     # Compaction replaced [200, 300) and [300, 400) by [200, 400) after the known part ended at 300.
     r = judge(0, 500, 400, [(200, 400)], known=Known(0, 300, 3, 300))
     assert (r.status, r.overlaps, r.gaps, r.ahwm) == (OK, [], [], 400)
+
+
+# -- where an evaluation starts: the instance's Known, the archive's mark, or the whole (13) ----
+
+
+class FakeArchive:
+    """`last_before` over a list of entries, as archived.py answers it; counts the lookups."""
+
+    def __init__(self, *spans):
+        self.entries = sorted(Entry(a, b, RANGE) for a, b in spans)
+        self.lookups = 0
+
+    def last_before(self, offset):
+        self.lookups += 1
+        below = [e for e in self.entries if e.start < offset]
+        return max(below, key=lambda e: (e.start, e.end), default=None)
+
+
+MARK = Known(0, 300, 3, 300)
+
+
+def test_a_fresh_instance_starts_from_the_archives_mark_when_it_still_holds():
+    archive = FakeArchive((0, 100), (100, 200), (200, 300), (300, 400))
+    assert start_from(archive, None, MARK, 400) == (MARK, FROM_MARK)
+    assert archive.lookups == 1  # the mark starts at 0: nothing can be below it
+
+
+def test_without_a_known_anywhere_the_partition_is_read_whole():
+    assert start_from(FakeArchive((0, 100)), None, None, 400) == (None, WHOLE)
+
+
+def test_the_further_of_the_instances_known_and_the_mark_is_taken():
+    archive = FakeArchive((0, 100), (100, 200), (200, 300))
+    behind = Known(0, 200, 2, 200)
+    assert start_from(archive, behind, MARK, 400) == (MARK, FROM_MARK)
+    assert start_from(archive, MARK, behind, 400) == (MARK, FROM_INSTANCE)
+    assert start_from(archive, MARK, MARK, 400) == (MARK, FROM_INSTANCE)
+    assert archive.lookups == 1  # the instance's own Known is not looked up again
+
+
+@pytest.mark.parametrize("spans, high, why", [
+    ([(0, 100), (100, 200)], 400, "the folder ending at the mark was deleted"),
+    ([(0, 100), (100, 200), (200, 250)], 400, "the entry below the mark no longer reaches it"),
+    ([(0, 100), (100, 200), (200, 300)], 250, "the topic was made anew: the mark is past its log end"),
+])
+def test_a_mark_that_no_longer_holds_is_not_used_the_partition_is_read_whole(spans, high, why):
+    assert start_from(FakeArchive(*spans), None, MARK, high) == (None, WHOLE_MARK_STALE), why
+
+
+def test_an_entry_below_where_the_mark_starts_makes_it_stale():
+    # A loss acknowledged below the archive's first range (loss.py only records offsets no entry holds).
+    mark = Known(100, 300, 2, 200)
+    archive = FakeArchive((100, 200), (200, 300))
+    assert start_from(archive, None, mark, 400) == (mark, FROM_MARK)
+    archive.entries.insert(0, Entry(0, 100, LOSS))
+    assert start_from(archive, None, mark, 400) == (None, WHOLE_MARK_STALE)
+
+
+def test_a_stale_mark_falls_back_to_the_instances_known():
+    behind = Known(0, 200, 2, 200)
+    assert start_from(FakeArchive((0, 100), (100, 200)), behind, MARK, 400) == (behind, FROM_INSTANCE)
+
+
+@pytest.mark.parametrize("spans", [
+    [(0, 100), (100, 200), (200, 300), (200, 400), (300, 400)],  # compacted [200, 400), not cleaned up yet
+    [(0, 100), (100, 200), (200, 400)],                           # and cleaned up
+    [(0, 400)],                                                   # everything compacted and cleaned up
+])
+def test_compaction_below_and_across_the_mark_keeps_it_valid_and_the_judgement_that_of_a_full_read(spans):
+    archive = FakeArchive(*spans)
+    given, source = start_from(archive, None, MARK, 500)
+    assert (given, source) == (MARK, FROM_MARK)
+    effective = [(0, 100), (100, 200), (200, 400)] if len(spans) > 1 else [(0, 400)]
+    full = judge(0, 500, 400, effective)
+    newer = [s for s in effective if s[1] > MARK.sound_to]  # what entries_from(300) yields
+    again = judge(0, 500, 400, newer, known=given)
+    assert (again.status, again.ahwm, again.gaps, again.overlaps, again.lost) == (
+        full.status, full.ahwm, full.gaps, full.overlaps, full.lost) == (OK, 400, [], [], [])

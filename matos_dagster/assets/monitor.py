@@ -29,7 +29,7 @@ from dagster import (
     define_asset_job,
 )
 
-from matos_dagster import layout, monitor
+from matos_dagster import layout, monitor, monitor_marks
 from matos_dagster.archived import PartitionArchive
 from matos_dagster.dagster_compat import AssetCheckExecutionRecordStatus
 from matos_dagster.resources import KafkaResource, SwiftResource
@@ -75,27 +75,33 @@ def monitor_check(topic: TopicConfig) -> AssetChecksDefinition:
         parts = kafka.partitions(topic.name)
         marks = kafka.watermarks(topic.name, parts)
         committed = kafka.committed(topic.name, parts, topic.group)
+        reports, started = [], {}
         with swift.store() as store:
             prefix = layout.join(store.params.prefix, topic.prefix)
             where = f"{store.container}/{prefix}"
             history, known = _history(context, check_key, where)
-            # Incremental: each partition is listed from where the last evaluation found it
-            # contiguous and sound, so an evaluation costs the same at any history.
-            entries = {
-                p: monitor.read_entries(PartitionArchive(store, prefix, topic.name, p), known.get(p), marks[p][1])
-                for p in parts
-            }
+            # Incremental: each partition is listed from where the last evaluation (on this
+            # instance, or any: the archive's mark) found it contiguous and sound, so an
+            # evaluation costs the same at any history.
+            marked = {p: monitor_marks.read_mark(store, prefix, topic.name, p) for p in parts}
+            entries, given = {}, {}
+            for p in parts:
+                archive = PartitionArchive(store, prefix, topic.name, p)
+                given[p], started[p] = monitor.start_from(archive, known.get(p), marked[p], marks[p][1])
+                entries[p] = monitor.read_entries(archive, given[p], marks[p][1])
             listings = store.listings
-        reports = []
-        for p in parts:
-            low, high = marks[p]
-            position = committed[p] if committed[p] is not None else low
-            oldest = kafka.timestamp_at(topic.name, p, position) if high > position else None
-            reports.append(
-                monitor.evaluate_partition(
-                    topic, p, low, high, committed[p], entries[p], oldest, history.get(p, []), now, known.get(p)
+            for p in parts:
+                low, high = marks[p]
+                position = committed[p] if committed[p] is not None else low
+                oldest = kafka.timestamp_at(topic.name, p, position) if high > position else None
+                reports.append(
+                    monitor.evaluate_partition(
+                        topic, p, low, high, committed[p], entries[p], oldest, history.get(p, []), now, given[p]
+                    )
                 )
-            )
+            for r in reports:  # written when it moves only
+                if r.known is not None and r.known != marked[r.partition]:
+                    monitor_marks.write_mark(store, prefix, topic.name, r.partition, r.known)
         status = monitor.overall(reports)
         problems = "; ".join(f"p{r.partition}: {', '.join(r.reasons)}" for r in reports if r.reasons)
         acknowledged = "; ".join(f"p{r.partition} {_spans(r.acknowledged)}" for r in reports if r.acknowledged)
@@ -117,6 +123,8 @@ def monitor_check(topic: TopicConfig) -> AssetChecksDefinition:
                     sum(b - a for r in reports for a, b in r.acknowledged)),
                 "partitions_in_error": MetadataValue.int(sum(r.status == monitor.ERROR for r in reports)),
                 "swift_listing_requests": MetadataValue.int(listings),
+                # Per partition: from what this evaluation started (monitor.start_from).
+                "started_from": MetadataValue.json({str(p): started[p] for p in parts}),
                 "samples": MetadataValue.json({str(r.partition): [now, r.committed, r.lag_records] for r in reports}),
                 "archive_state": MetadataValue.json({
                     "where": where,

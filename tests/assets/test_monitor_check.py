@@ -133,3 +133,80 @@ def test_an_evaluation_lists_as_much_with_200_ranges_below_what_it_knows_as_with
         assert (row["committed"], row["archived_hwm"], row["ranges"], row["gaps"]) == (n + 10, n + 10, n + 1, "")
     print(f"monitor evaluation (listing requests, names listed) by ranges below: {per_evaluation}")
     assert per_evaluation[20] == per_evaluation[200], per_evaluation
+
+
+def _history(store, topic: TopicConfig, start: int, end: int) -> None:
+    """One-offset ranges, manifests written straight to Swift (the monitor lists, never reads, them)."""
+    prefix = layout.join(store.params.prefix, topic.prefix)
+    for i in range(start, end):
+        r = OffsetRange(topic.name, 0, i, i + 1)
+        store.put_json(layout.manifest_name(prefix, r), {"topic": topic.name, "partition": 0, "start": i,
+                                                           "end": i + 1, "objects": []})
+
+
+def _judgement(e) -> tuple:
+    row = table(e)[0]
+    return (e.metadata["status"].value, row["archived_hwm"], row["ranges"], row["gaps"],
+            e.metadata["archived_offsets"].value)
+
+
+def test_a_fresh_instances_first_evaluation_lists_from_the_archives_mark_as_much_at_200_ranges_as_at_20(
+        kafka, swift, spark_resource, instance, new_topic, monkeypatch):
+    """Issue 13: a new DAGSTER_HOME (or old evaluations removed) reads the mark the last evaluation
+    left in Swift, checks it, and lists from it; it judges as a full read does."""
+    from matos_dagster.store import Store
+
+    listed = {"requests": 0, "names": 0}
+    real = Store.list_page
+
+    def counted(store, *args, **kwargs):
+        items = real(store, *args, **kwargs)
+        listed["requests"] += 1
+        listed["names"] += len(items)
+        return items
+
+    monkeypatch.setattr(Store, "list_page", counted)
+    fresh_cost = {}
+    for n in (20, 200):
+        name, topic, monitor = setup(kafka, swift, spark_resource, instance, new_topic)
+        produce(kafka, name, [(b"k", b"v", [])] * (n + 10))
+        with swift.store() as store:
+            _history(store, topic, 0, n)
+            kafka.commit(name, {0: n}, topic.group)
+            first = monitor.evaluate()  # the first ever: no Known anywhere, the whole read; leaves the mark
+            assert first.metadata["started_from"].value == {"0": "whole"} and _judgement(first)[:3] == ("OK", n, n)
+            _history(store, topic, n, n + 10)  # a day later: more ranges past the mark
+            kafka.commit(name, {0: n + 10}, topic.group)
+        with instance_for_test() as new_home:
+            before = dict(listed)
+            e = Monitor(topic, kafka, swift, spark_resource, new_home).evaluate()
+            fresh_cost[n] = (listed["requests"] - before["requests"], listed["names"] - before["names"])
+        assert e.metadata["started_from"].value == {"0": "mark"}, e.description
+        with swift.store() as store:  # the same archive read whole, as an instance without any mark would
+            store.delete(layout.join(layout.topic_dir(layout.join(store.params.prefix, topic.prefix), name),
+                                     "_monitor", "partition=0.json"))
+        with instance_for_test() as other_home:
+            whole = Monitor(topic, kafka, swift, spark_resource, other_home).evaluate()
+        assert whole.metadata["started_from"].value == {"0": "whole"}
+        assert _judgement(e) == _judgement(whole) == ("OK", n + 10, n + 10, "", n + 10)
+    print(f"fresh instance's first evaluation (listing requests, names listed) by ranges archived: {fresh_cost}")
+    assert fresh_cost[20] == fresh_cost[200], fresh_cost
+
+
+def test_a_mark_that_no_longer_holds_is_not_trusted_the_fresh_instance_reads_whole_and_finds_the_gap(
+        kafka, swift, spark_resource, instance, new_topic):
+    """A range folder deleted by hand at the end of what the mark vouches for: no wrong OK."""
+    name, topic, monitor = setup(kafka, swift, spark_resource, instance, new_topic)
+    produce(kafka, name, [(b"k", b"v", [])] * 40)
+    with swift.store() as store:
+        _history(store, topic, 0, 30)
+        kafka.commit(name, {0: 30}, topic.group)
+        assert monitor.evaluate().passed  # leaves the mark: [0, 30) sound
+        prefix = layout.join(store.params.prefix, topic.prefix)
+        store.delete(layout.manifest_name(prefix, OffsetRange(name, 0, 29, 30)))
+        _history(store, topic, 30, 40)
+        kafka.commit(name, {0: 40}, topic.group)
+    with instance_for_test() as new_home:
+        e = Monitor(topic, kafka, swift, spark_resource, new_home).evaluate()
+    assert e.metadata["started_from"].value == {"0": "whole: the mark no longer holds"}
+    assert not e.passed and table(e)[0]["gaps"] == "[29, 30)" and table(e)[0]["archived_hwm"] == 29
