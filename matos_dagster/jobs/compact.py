@@ -1,7 +1,6 @@
 """The compact job: merge a topic's small archived ranges into large ones (compact.py's protocol).
 
-    dagster job execute -m matos_dagster.definitions -j compact \\
-        -c <(echo '{ops: {compact_archive: {config: {topic: demo}}}}')
+    dg launch --job compact --config-json '{"ops": {"compact_archive": {"config": {"topic": "demo"}}}}'
 
 Runs on `MATOS_COMPACT_CRON` (one run per topic, tagged `matos/compact=<topic>`; dagster.yaml
 lets one such run per topic go at a time), and from the UI's Launchpad. Settings per topic in

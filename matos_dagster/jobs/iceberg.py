@@ -1,7 +1,7 @@
 """The iceberg_table job: rebuild a topic's Iceberg table from the manifests alone, or compare the two.
 
-    dagster job execute -m matos_dagster.definitions -j iceberg_table \\
-        -c <(echo '{ops: {table_from_manifests: {config: {topic: demo, rebuild: true}}}}')
+    dg launch --job iceberg_table \\
+        --config-json '{"ops": {"table_from_manifests": {"config": {"topic": "demo", "rebuild": true}}}}'
 
 `rebuild: false` (the default) only checks: the table's files and record counts against the
 manifests up to each partition's watermark (a full audit: it reads every manifest). `rebuild: true`

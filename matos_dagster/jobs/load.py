@@ -1,6 +1,6 @@
 """The load job (Matos' `load`): produce test records to a topic.
 
-    dagster job execute -m matos_dagster.definitions -j load -c load.yaml
+    dg launch --job load -c load.yaml
 
 with, for example, `ops: {produce: {config: {topic: demo, count: 100000, value_bytes: 1024}}}`.
 """

@@ -1,7 +1,7 @@
 """The acknowledge_loss job: go on after records were deleted from Kafka before they were archived.
 
-    dagster job execute -m matos_dagster.definitions -j acknowledge_loss \\
-        -c <(echo '{ops: {record_loss: {config: {topic: demo, partition: 0, reason: "retention ran during the outage"}}}}')
+    dg launch --job acknowledge_loss --config-json \\
+        '{"ops": {"record_loss": {"config": {"topic": "demo", "partition": 0, "reason": "retention ran during the outage"}}}}'
 
 or from the UI: Jobs > acknowledge_loss > Launchpad, with the same config. It records the
 lost offsets in the archive (`_loss.json` beside the manifests) and commits the group's

@@ -1,6 +1,6 @@
 """The restore job: archived records back into a Kafka topic, exactly once.
 
-    dagster job execute -m matos_dagster.definitions -j restore -c restore.yaml
+    dg launch --job restore -c restore.yaml
 
 with, for example,
 

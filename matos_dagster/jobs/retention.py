@@ -1,8 +1,8 @@
 """The retention job: keep Dagster's partition keys and run storage bounded (retention.py's rules).
 
-    dagster job execute -m matos_dagster.definitions -j retention            # as its schedule does
-    dagster job execute -m matos_dagster.definitions -j retention \\
-        -c <(echo '{ops: {apply_retention: {config: {dry_run: true}}}}')     # say, change nothing
+    dg launch --job retention        # as its schedule does
+    dg launch --job retention \\
+        --config-json '{"ops": {"apply_retention": {"config": {"dry_run": true}}}}'   # say, change nothing
 
 Runs on `MATOS_RETENTION_CRON`. Keys: `MATOS_KEEP_KEYS` per topic partition. Runs (with their
 event logs and compute logs): `MATOS_KEEP_RUNS` per job, failed ones `MATOS_KEEP_FAILED_RUNS_DAYS`.

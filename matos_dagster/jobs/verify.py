@@ -1,7 +1,6 @@
 """The verify job: check a topic's archive against its manifests, Swift and Kafka.
 
-    dagster job execute -m matos_dagster.definitions -j verify \\
-        -c <(echo '{ops: {verify_archive: {config: {topic: demo, sample: 20}}}}')
+    dg launch --job verify --config-json '{"ops": {"verify_archive": {"config": {"topic": "demo", "sample": 20}}}}'
 
 The same checks as `python -m matos_dagster.verify` (see `matos_dagster/verify/`): by default
 from each partition's audit mark on (bounded, whatever the history), `audit_all: true` for a
