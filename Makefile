@@ -4,14 +4,15 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+NATIVE := matos_dagster/native/_slice_reader.so
 export MATOS_DEVSTACK_DIR ?= $(CURDIR)/.devstack
 export DAGSTER_HOME := $(MATOS_DEVSTACK_DIR)/dagster
 DAGSTER_PORT ?= 3000
 PYTEST_TIMEOUT ?= 1200
 
-.PHONY: install run up down status demo test test-all bench bench-history bench-compaction bench-ui clean
+.PHONY: install run run-postgres up down status demo test test-all bench bench-history bench-compaction bench-ui clean
 
-install: $(STAMP)
+install: $(STAMP) $(NATIVE)
 
 # The venv is rebuilt whenever pyproject.toml changes.
 $(STAMP): pyproject.toml
@@ -19,6 +20,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(STAMP)
+
+# The native slice reader (matos_dagster/native): built with `cc` where librdkafka's header is
+# (Debian: librdkafka-dev); where it cannot be, the build says why and the Python reader is used.
+$(NATIVE): matos_dagster/native/slice_reader.c matos_dagster/native/build.py $(STAMP)
+	$(BIN)/python -m matos_dagster.native.build
 
 $(DAGSTER_HOME)/dagster.yaml: dagster.yaml
 	mkdir -p $(DAGSTER_HOME)
@@ -42,6 +48,19 @@ status:
 run: up
 	$(BIN)/python -m matos_dagster.devstack demo-data
 	cd $(DAGSTER_HOME) && $(CURDIR)/$(BIN)/dg dev -w $(CURDIR)/workspace.yaml -h 127.0.0.1 -p $(DAGSTER_PORT)
+
+# `make run` on the production instance (dagster.postgres.yaml) instead of sqlite: the stack,
+# then the local PostgreSQL server (.devstack/data/postgres) started for `dg dev` and stopped by
+# its PID when `dg dev` ends (Ctrl-C); its own DAGSTER_HOME, so the sqlite instance stays as it is.
+DAGSTER_PG_HOME := $(MATOS_DEVSTACK_DIR)/dagster-pg
+$(DAGSTER_PG_HOME)/dagster.yaml: dagster.postgres.yaml
+	mkdir -p $(DAGSTER_PG_HOME)
+	cp dagster.postgres.yaml $(DAGSTER_PG_HOME)/dagster.yaml
+
+run-postgres: up $(DAGSTER_PG_HOME)/dagster.yaml
+	$(BIN)/python -m matos_dagster.devstack demo-data
+	cd $(DAGSTER_PG_HOME) && DAGSTER_HOME=$(DAGSTER_PG_HOME) $(CURDIR)/$(BIN)/python -m matos_dagster.devstack.postgres \
+		-- $(CURDIR)/$(BIN)/dg dev -w $(CURDIR)/workspace.yaml -h 127.0.0.1 -p $(DAGSTER_PORT)
 
 demo: up
 	$(BIN)/python -m matos_dagster.devstack demo

@@ -9,18 +9,21 @@ manifest needs to know about the objects it wrote. No Dagster imports.
 from __future__ import annotations
 
 import gc
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from matos_dagster import layout, records
+from matos_dagster import layout, native, records
 from matos_dagster.ranges import OffsetRange
 from matos_dagster.store import Store, SwiftParams
 
 
 CONSUME_BATCH = 5000  # messages per consume call at most
+
+log = logging.getLogger(__name__)
 
 
 class RecordTooLarge(ValueError):
@@ -48,26 +51,113 @@ class SliceJob:
 
 
 def archive_slice(job: SliceJob) -> list[dict]:
-    """Write the records of `job.slice` as objects; return one manifest entry per object."""
+    """Write the records of `job.slice` as objects; return one manifest entry per object.
+
+    Read by the native reader (matos_dagster/native: librdkafka straight into Arrow) when it is
+    built and not turned off (MATOS_NATIVE_READER=0), else by the Python loop; both write the
+    same bytes. Each entry says which one read it (`reader`), and the choice is logged.
+    """
+    why_not = native.why_not(job.kafka_conf)
+    if why_not is None:
+        log.info("slice %s: native reader", job.slice)
+        return [{**o, "reader": "native"} for o in _archive_native(job)]
+    log.warning("slice %s: Python reader (%s)", job.slice, why_not)
+    return [{**o, "reader": "python"} for o in _archive_python(job)]
+
+
+def consumer_conf(job: SliceJob) -> dict[str, Any]:
+    """The slice consumer's librdkafka settings (both readers)."""
+    return {
+        **job.kafka_conf,
+        "group.id": job.group,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "isolation.level": "read_committed",
+        # Offsets deleted under us must fail the task, never silently jump ahead.
+        "auto.offset.reset": "error",
+        # EOF events tell us the log end (or last stable offset) was reached, which is how
+        # a slice that ends in transaction markers or aborted records finishes.
+        "enable.partition.eof": True,
+        # Prefetch is bounded so a task's memory stays near one object.
+        "queued.max.messages.kbytes": 32768,
+        "fetch.max.bytes": 32 * 1024**2,
+    }
+
+
+def _new_batch(job: SliceJob) -> records.Batch:
+    # With the format, every 4 MiB chunk is encoded as it is sealed and released: the task
+    # holds one chunk of rows and the encoded object, not the object's rows (memory).
+    return records.Batch(job.slice.topic, job.slice.partition, fmt=job.format)
+
+
+def _too_large(job: SliceJob, offset: int, size: int) -> RecordTooLarge:
+    s = job.slice
+    return RecordTooLarge(
+        f"record {s.topic}/{s.partition}@{offset} is {size} bytes, above the topic's "
+        f"max_record_bytes ({job.max_record_bytes}); raise it in the topics file to archive it"
+    )
+
+
+def _stuck(job: SliceJob, position: int) -> SliceStuck:
+    s = job.slice
+    return SliceStuck(
+        f"no record of {s.topic}/{s.partition} arrived for {job.stall_timeout_s:.0f}s at "
+        f"offset {max(position, s.start)} (slice ends at {s.end}): an open transaction "
+        "or an unreachable broker keeps the slice from finishing"
+    )
+
+
+def _archive_native(job: SliceJob) -> list[dict]:
+    """The slice read by the native reader: Arrow chunks, cut where the Python loop cuts them."""
     s = job.slice
     written: list[dict] = []
-    consumer = Consumer(
-        {
-            **job.kafka_conf,
-            "group.id": job.group,
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "isolation.level": "read_committed",
-            # Offsets deleted under us must fail the task, never silently jump ahead.
-            "auto.offset.reset": "error",
-            # EOF events tell us the log end (or last stable offset) was reached, which is how
-            # a slice that ends in transaction markers or aborted records finishes.
-            "enable.partition.eof": True,
-            # Prefetch is bounded so a task's memory stays near one object.
-            "queued.max.messages.kbytes": 32768,
-            "fetch.max.bytes": 32 * 1024**2,
-        }
-    )
+    try:
+        reader = native.SliceReader(consumer_conf(job), s.topic, s.partition, s.start, s.end,
+                                    job.max_record_bytes, job.stall_timeout_s, records.SCHEMA)
+    except native.NativeError as e:
+        raise KafkaException(KafkaError(e.err_code, str(e))) from None
+    store = Store(job.swift)
+    try:
+        batch = _new_batch(job)
+        while True:
+            try:
+                code, chunk, object_end = reader.next(job.object_bytes, batch.chunk_bytes)
+            except native.NativeError as e:
+                raise _native_error(job, e) from None
+            if chunk is not None:
+                batch.add_chunk(chunk.batch, chunk.nbytes, chunk.largest, chunk.first_offset, chunk.last_offset,
+                                chunk.min_timestamp, chunk.max_timestamp)
+                del chunk
+            if object_end and len(batch):
+                written.append(_flush(batch, job, store))
+                batch = _new_batch(job)
+            if code == native.SR_DONE:
+                break
+        if len(batch):
+            written.append(_flush(batch, job, store))
+        return written
+    finally:
+        reader.close()
+        store.close()
+
+
+def _native_error(job: SliceJob, e: "native.NativeError") -> Exception:
+    s = job.slice
+    if e.code == native.SR_TOO_LARGE:
+        return _too_large(job, e.offset, e.size)
+    if e.code == native.SR_STUCK:
+        return _stuck(job, e.position)
+    if e.code == native.SR_KAFKA_ERROR:
+        return KafkaException(KafkaError(e.err_code, str(e)))
+    if e.code == native.SR_NO_MEMORY:
+        return MemoryError(f"the native reader ran out of memory reading {s.topic}/{s.partition}")
+    return ValueError(f"record {s.topic}/{s.partition}@{e.offset}: {e}; the archive cannot store it")
+
+
+def _archive_python(job: SliceJob) -> list[dict]:
+    s = job.slice
+    written: list[dict] = []
+    consumer = Consumer(consumer_conf(job))
     store = Store(job.swift)
     # The cyclic GC is paused while the slice runs. The loop makes no reference cycles, but
     # confluent-kafka's Messages are GC-tracked: each consume() brings 5,000 that outlive young
@@ -78,7 +168,7 @@ def archive_slice(job: SliceJob) -> list[dict]:
     gc.disable()
     try:
         consumer.assign([TopicPartition(s.topic, s.partition, s.start)])
-        batch = records.Batch(s.topic, s.partition)
+        batch = _new_batch(job)
         last_progress = time.monotonic()
         done = False
         next_offset = s.start
@@ -108,13 +198,10 @@ def archive_slice(job: SliceJob) -> list[dict]:
                     for hk, hv in headers:
                         size += (len(hk) if hk.isascii() else len(hk.encode())) + (len(hv) if hv else 0)
                 if size > job.max_record_bytes:
-                    raise RecordTooLarge(
-                        f"record {s.topic}/{s.partition}@{offset} is {size} bytes, above the topic's "
-                        f"max_record_bytes ({job.max_record_bytes}); raise it in the topics file to archive it"
-                    )
+                    raise _too_large(job, offset, size)
                 if batch.nbytes and batch.nbytes + size > job.object_bytes:
                     written.append(_flush(batch, job, store))
-                    batch = records.Batch(s.topic, s.partition)
+                    batch = _new_batch(job)
                 ts_type, ts = m.timestamp()
                 batch.add(offset, ts_type, ts, key, value, headers, size)
             if msgs:
@@ -124,11 +211,7 @@ def archive_slice(job: SliceJob) -> list[dict]:
                 if position >= s.end:
                     done = True
                 elif time.monotonic() - last_progress > job.stall_timeout_s:
-                    raise SliceStuck(
-                        f"no record of {s.topic}/{s.partition} arrived for {job.stall_timeout_s:.0f}s at "
-                        f"offset {max(position, s.start)} (slice ends at {s.end}): an open transaction "
-                        "or an unreachable broker keeps the slice from finishing"
-                    )
+                    raise _stuck(job, position)
         if len(batch):
             written.append(_flush(batch, job, store))
         return written
@@ -151,12 +234,20 @@ def consume_batch(remaining: int) -> int:
 
 
 def _flush(batch: records.Batch, job: SliceJob, store: Store) -> dict:
+    """Write the batch's object to Swift; its manifest entry."""
     stats = batch.stats()
-    data = records.encode(batch.table(), job.format)
+    return _put_object(batch.writer(job.format), job, store, batch.nbytes, batch.largest, stats)
+
+
+def _put_object(writer: records.ObjectWriter, job: SliceJob, store: Store, record_bytes: int,
+                largest_record_bytes: int, stats: dict | None = None) -> dict:
+    """Finish the writer's object, PUT it; its manifest entry."""
+    stats = stats or writer.stats()
+    data = writer.finish()
     name = layout.object_name(job.directory, stats["first_offset"], job.format)
     md5 = store.put(name, data)
-    return {"name": name, "bytes": len(data), "md5": md5, "record_bytes": batch.nbytes,
-            "largest_record_bytes": batch.largest, **stats}
+    return {"name": name, "bytes": len(data), "md5": md5, "record_bytes": record_bytes,
+            "largest_record_bytes": largest_record_bytes, **stats}
 
 
 def _size(key: bytes | None, value: bytes | None, headers) -> int:

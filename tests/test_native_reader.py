@@ -1,0 +1,179 @@
+"""The native slice reader (matos_dagster/native) writes what the Python reader writes.
+
+Each case runs `slice_task.archive_slice` twice on the same Kafka records, once per reader
+(MATOS_NATIVE_READER=0 / 1), into two directories of one container, and compares the objects
+byte for byte, the manifest entries field by field, and the errors message by message. Real
+Kafka and Swift; no Spark (the task's own code, in this process).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from confluent_kafka import KafkaException
+
+from helpers import decode_object
+from matos_dagster import native, records, slice_task
+from matos_dagster.ranges import OffsetRange
+from matos_dagster.slice_task import RecordTooLarge, SliceJob, SliceStuck
+
+READERS = ("python", "native")
+
+
+@pytest.fixture(autouse=True)
+def native_is_built():
+    why = native.why_not() if not native.disabled() else None
+    assert why is None, f"the native reader must be built for these tests: {why}"
+
+
+def run(reader: str, monkeypatch, job: SliceJob) -> list[dict]:
+    monkeypatch.setenv("MATOS_NATIVE_READER", "1" if reader == "native" else "0")
+    return slice_task.archive_slice(job)
+
+
+def job_for(kafka, store, topic: str, start: int, end: int, **kw) -> SliceJob:
+    return SliceJob(slice=OffsetRange(topic, 0, start, end), directory=f"d-{uuid.uuid4().hex[:8]}",
+                    kafka_conf=kafka.client_config(), group=f"g-{topic}", swift=store.params, **kw)
+
+
+def both(kafka, store, monkeypatch, topic, start, end, **kw) -> dict[str, tuple[list[dict], list[bytes]]]:
+    """Each reader's entries (names made relative, `reader` dropped) and object bytes."""
+    out = {}
+    for reader in READERS:
+        job = job_for(kafka, store, topic, start, end, **kw)
+        written = run(reader, monkeypatch, job)
+        assert {o["reader"] for o in written} <= {reader}
+        out[reader] = (
+            [{**{k: v for k, v in o.items() if k != "reader"}, "name": o["name"][len(job.directory):]} for o in written],
+            [store.get(o["name"]) for o in written],
+        )
+    return out
+
+
+# Nulls, empty keys and values, repeated and null-valued headers, UTF-8 header keys, sizes
+# from 0 to a few KiB: every column's edge, in one partition.
+def mixed_records(n: int) -> list[tuple]:
+    rows = []
+    for i in range(n):
+        key = None if i % 7 == 0 else b"" if i % 11 == 0 else f"k{i}".encode()
+        value = None if i % 5 == 0 else b"" if i % 13 == 0 else bytes([i % 256]) * (i * 37 % 3000)
+        headers = [] if i % 3 == 0 else [("h", b"1"), ("h", None), ("é日本", b"x" * (i % 9)), ("h", b"")][: 1 + i % 4]
+        rows.append((key, value, headers, 1_700_000_000_000 + (i * 7919) % 100_000))
+    return rows
+
+
+def produce(kafka, topic: str, rows) -> None:
+    p = kafka.producer()
+    errors = []
+    for key, value, headers, ts in rows:
+        p.produce(topic, key=key, value=value, headers=headers or None, timestamp=ts, partition=0,
+                  on_delivery=lambda err, msg: err and errors.append(err))
+    assert p.flush(60) == 0 and errors == [], errors
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_both_readers_write_byte_identical_objects_split_at_the_same_records(
+        fmt, kafka, swift, new_topic, monkeypatch):
+    topic = new_topic(partitions=1)
+    produce(kafka, topic, mixed_records(400))
+    # Small chunks and objects: many chunk seals inside each object and many objects a slice.
+    monkeypatch.setattr(slice_task, "_new_batch",
+                        lambda job: records.Batch(job.slice.topic, job.slice.partition, chunk_bytes=3000))
+    with swift.store() as store:
+        got = both(kafka, store, monkeypatch, topic, 3, 397, format=fmt, object_bytes=40_000)
+    (py_entries, py_bytes), (nat_entries, nat_bytes) = got["python"], got["native"]
+    assert len(py_entries) > 5  # the slice was split into several objects
+    assert nat_entries == py_entries
+    assert nat_bytes == py_bytes
+    assert sum(e["records"] for e in py_entries) == 394
+
+
+def transactions(kafka, topic: str, outcomes: list[bool]) -> None:
+    from test_archive import transactions as make
+
+    make(kafka, topic, outcomes)
+
+
+@pytest.mark.parametrize("start, end", [(0, 24), (2, 14), (6, 12), (13, 24)])
+def test_both_readers_skip_aborted_records_and_markers_alike(start, end, kafka, swift, new_topic, monkeypatch):
+    # Offsets: 0-4 committed, 5 marker, 6-10 aborted, 11 marker, 12-16 committed, 17 marker,
+    # 18-22 aborted, 23 marker. The slices end in committed records, in aborted ones and in a marker.
+    topic = new_topic(partitions=1)
+    transactions(kafka, topic, [True, False, True, False])
+    with swift.store() as store:
+        got = both(kafka, store, monkeypatch, topic, start, end)
+    assert got["native"] == got["python"]
+    offsets = [r["offset"] for data in got["native"][1] for r in decode_object(data, "parquet")]
+    assert offsets == [o for o in [*range(0, 5), *range(12, 17)] if start <= o < end]
+
+
+def test_a_record_above_max_record_bytes_fails_both_readers_with_the_same_message(
+        kafka, swift, new_topic, monkeypatch):
+    topic = new_topic(partitions=1)
+    produce(kafka, topic, [(b"k", b"v" * 10, [], 1), (b"k", b"v" * 100, [("é", b"12")], 2)])
+    messages = {}
+    with swift.store() as store:
+        for reader in READERS:
+            job = job_for(kafka, store, topic, 0, 2, max_record_bytes=100)
+            with pytest.raises(RecordTooLarge) as e:
+                run(reader, monkeypatch, job)
+            messages[reader] = str(e.value)
+            assert list(store.list(job.directory + "/")) == []  # nothing written
+    assert messages["native"] == messages["python"]
+    assert "@1 is 105 bytes" in messages["native"]
+
+
+def test_an_open_transaction_stalls_both_readers_with_the_same_message(kafka, swift, new_topic, monkeypatch):
+    topic = new_topic(partitions=1)
+    produce(kafka, topic, [(b"k", b"v", [], 1)])
+    tx = kafka.producer(**{"transactional.id": f"tx-{uuid.uuid4().hex[:6]}"})
+    tx.init_transactions(30)
+    tx.begin_transaction()
+    tx.produce(topic, key=b"open", value=b"open", partition=0)
+    tx.flush(30)
+    messages = {}
+    try:
+        with swift.store() as store:
+            for reader in READERS:
+                with pytest.raises(SliceStuck) as e:
+                    run(reader, monkeypatch, job_for(kafka, store, topic, 0, 2, stall_timeout_s=2.0))
+                messages[reader] = str(e.value)
+    finally:
+        tx.abort_transaction(30)
+    assert messages["native"] == messages["python"]
+    assert "at offset 1 (slice ends at 2)" in messages["native"]
+
+
+def test_offsets_kafka_does_not_have_fail_both_readers_with_the_same_kafka_error(
+        kafka, swift, new_topic, monkeypatch):
+    topic = new_topic(partitions=1)
+    produce(kafka, topic, [(b"k", b"v", [], 1)])
+    codes = {}
+    with swift.store() as store:
+        for reader in READERS:
+            with pytest.raises(KafkaException) as e:
+                run(reader, monkeypatch, job_for(kafka, store, topic, 50, 60))
+            codes[reader] = e.value.args[0].code()
+    assert codes["native"] == codes["python"]
+
+
+def test_the_python_reader_is_used_and_named_when_the_native_one_is_turned_off(monkeypatch):
+    monkeypatch.setenv("MATOS_NATIVE_READER", "0")
+    assert native.why_not({}) == "MATOS_NATIVE_READER=0"
+    monkeypatch.setenv("MATOS_NATIVE_READER", "1")
+    assert native.why_not({"bootstrap.servers": "x", "enable.idempotence": True}) is None
+    assert "oauth_cb" in native.why_not({"oauth_cb": lambda conf: None})  # only confluent-kafka takes callables
+
+
+def test_settings_reach_librdkafka_as_confluent_kafka_writes_them():
+    assert native.conf_strings({"a": True, "b": False, "c": 32768, "d": "x"}) == {
+        "a": "true", "b": "false", "c": "32768", "d": "x"}
+
+
+def test_the_reader_flag_of_a_turned_off_native_reader_is_python(kafka, swift, new_topic, monkeypatch):
+    topic = new_topic(partitions=1)
+    produce(kafka, topic, [(b"k", b"v", [], 1)])
+    with swift.store() as store:
+        assert [o["reader"] for o in run("python", monkeypatch, job_for(kafka, store, topic, 0, 1))] == ["python"]
+        assert [o["reader"] for o in run("native", monkeypatch, job_for(kafka, store, topic, 0, 1))] == ["native"]
