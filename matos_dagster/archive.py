@@ -126,16 +126,19 @@ def archive_range(
         else:
             say(f"{r}: already archived (manifest there, offset committed at {committed_before}); "
                 f"its {len(existing['objects'])} object(s) were verified against the manifest, nothing rewritten")
+            # A rerun of a range whose run died before its table commit repairs the table (no-op when it is there).
+            notes = iceberg.keep_table(store, prefix, topic, r.partition, say)
             return Archived(r, name, existing, True, committed_before, committed_before, time.monotonic() - t0,
-                            already_archived=True, log_end=high)
+                            notes=notes, already_archived=True, log_end=high)
     if r.start < low:
         if existing is None:
             raise DataLoss(r, min(low, r.end), low, topic.group)
         verify(store, existing)
         say(f"{r}: records expired from Kafka; the archived range was verified against its manifest")
         after = advance(kafka, store, prefix, topic, r.partition, low)
+        notes = iceberg.keep_table(store, prefix, topic, r.partition, say)
         return Archived(r, name, existing, True, committed_before, after, time.monotonic() - t0,
-                        already_archived=True, log_end=high)
+                        notes=notes, already_archived=True, log_end=high)
 
     slices = r.slices(topic.slice_records)
     jobs = [
@@ -161,8 +164,10 @@ def archive_range(
     _fault("after-manifest")
     notes = _remove_strays(store, layout.range_dir(prefix, r), doc)
     after = advance(kafka, store, prefix, topic, r.partition, low)
+    _fault("after-commit")
     # The topic's Iceberg table (MATOS_ICEBERG_TABLES): this range and any a crashed run left out, one commit.
     notes += iceberg.keep_table(store, prefix, topic, r.partition, say)
+    _fault("after-table")
     return Archived(r, name, doc, False, committed_before, after, time.monotonic() - t0, len(jobs), notes, log_end=high)
 
 

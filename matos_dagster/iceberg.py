@@ -13,6 +13,8 @@ The archive's truth stays the manifests in Swift: the table can always be rebuil
 from __future__ import annotations
 
 import logging
+import os
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -37,7 +39,16 @@ TABLE_PROPERTIES = {
     "write.metadata.metrics.column.timestamp": "full",
     # Merge small manifests as commits pile up, so one commit's metadata stays small at any history.
     "commit.manifest-merge.enabled": "true",
+    # Each commit writes a new metadata file: keep the last 100 (a reader holding an older one has long
+    # read it), delete older ones, so Swift does not keep one per range ever archived.
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "100",
 }
+# Snapshots kept: the newest KEEP_SNAPSHOTS (time travel over the last ones); older ones are expired
+# in batches of EXPIRE_BATCH (one metadata-only commit per batch), so that the table's metadata file,
+# which every commit rewrites and lists every snapshot in, stays bounded whatever the history.
+KEEP_SNAPSHOTS = 100
+EXPIRE_BATCH = 100
 
 
 @dataclass(frozen=True)
@@ -185,6 +196,8 @@ class Tables:
                 base = iceberg_plan.first_base(archive.entry_at_or_after(0))
             step = iceberg_plan.catch_up(partition, base, _entries(archive, base))
             if step.empty and step.end == base:
+                if done:
+                    self.expire(t)
                 return done
             try:
                 self._commit(t, step, {**marks, partition: step.end})
@@ -225,6 +238,22 @@ class Tables:
         raise TableError(f"{doc.topic}/{doc.partition}: the Iceberg commit of compacted range [{doc.start}, {doc.end}) "
                          "kept failing; the next compaction run retries it")
 
+    def expire(self, t) -> int:
+        """Expire all but the newest KEEP_SNAPSHOTS snapshots of table `t`, once EXPIRE_BATCH more have piled
+        up; the number expired. Metadata only: pyiceberg deletes no file, so no archived object can go."""
+        from pyiceberg.exceptions import CommitFailedException
+
+        snaps = sorted(t.snapshots(), key=lambda s: s.sequence_number or 0)
+        if len(snaps) < KEEP_SNAPSHOTS + EXPIRE_BATCH:
+            return 0
+        current = t.current_snapshot().snapshot_id
+        old = [s.snapshot_id for s in snaps[:-KEEP_SNAPSHOTS] if s.snapshot_id != current]
+        try:
+            t.maintenance.expire_snapshots().by_ids(old).commit()
+        except CommitFailedException:  # another run committed meanwhile: a later run expires them
+            return 0
+        return len(old)
+
     def _commit(self, t, step: Step, marks: dict[int, int], drop: dict | None = None) -> None:
         """One Iceberg commit: the step's objects added, the files it replaces removed, every watermark."""
         from pyiceberg.io.pyarrow import parquet_files_to_data_files
@@ -238,12 +267,18 @@ class Tables:
             if tx.table_metadata.name_mapping() is None:  # what add_files sets: Parquet without field ids
                 tx.set_properties(**{TableProperties.DEFAULT_NAME_MAPPING:
                                      tx.table_metadata.schema().name_mapping.model_dump_json()})
+            missing = {k: v for k, v in TABLE_PROPERTIES.items()
+                       if k.startswith("write.metadata.") and k not in tx.table_metadata.properties}
+            if missing:  # a table made before these properties: they bound its metadata files too
+                tx.set_properties(**missing)
             snap = tx.update_snapshot(snapshot_properties=iceberg_plan.summary(marks))
             with (snap.overwrite() if drop else snap.merge_append()) as producer:
                 for f in (drop or {}).values():
                     producer.delete_data_file(f)
                 for f in parquet_files_to_data_files(t.io, tx.table_metadata, iter([self.url(n) for n in step.adds])):
                     producer.append_data_file(f)
+            # The snapshot's manifests are in Swift now, the catalog not yet switched to them.
+            _fault("table-written")
 
     # -- rebuilding and checking -------------------------------------------------------------
 
@@ -300,6 +335,13 @@ class Comparison:
     @property
     def ok(self) -> bool:
         return not self.problems and self.table_records == self.manifest_records
+
+
+def _fault(point: str) -> None:
+    # For tests only, as archive._fault (which imports this module): MATOS_FAULT=<point> kills the
+    # process right there, to prove that the next run repairs the table.
+    if os.environ.get("MATOS_FAULT") == point:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def marks_of(t) -> dict[int, int]:
@@ -427,6 +469,51 @@ def duckdb_connection(s3: S3 | None = None):
     if s3 is not None:
         con.execute(s3.duckdb_secret())
     return con
+
+
+def spark_frame(spark, table):
+    """Spark over the table: a DataFrame of exactly the records of the table's current snapshot.
+
+    There is no Iceberg Spark runtime for this project's Spark (4.3), so Spark reads the table's
+    own data files, as pyiceberg's scan plans them for the current snapshot (the archived objects,
+    each once), through Swift's S3 API: one task a file, each reading it with pyarrow over the
+    `s3.*` properties the table was loaded with (nothing added to Spark's classpath).
+    Use it as a view: `spark_frame(spark, table).createOrReplaceTempView("demo")`, then Spark SQL.
+    """
+    from matos_dagster.reader import SPARK_DDL
+    from matos_dagster.spark_tasks import item_frame
+
+    props = table.io.properties
+    try:
+        s3 = S3(props["s3.endpoint"].rstrip("/"), props["s3.access-key-id"], props["s3.secret-access-key"],
+                props.get("s3.region") or "us-east-1")
+    except KeyError as e:
+        raise TableError(f"the table was loaded without {e.args[0]}: load it through Tables (the S3 settings "
+                         "MATOS_S3_*), or with the s3.* properties of Swift's S3 API") from None
+    files = []
+    for task in table.scan().plan_files():
+        if task.delete_files:  # the product never writes delete files: a table someone else changed
+            raise TableError(f"{task.file.file_path} has delete files in the table: it is not the product's; "
+                             "rebuild it (the iceberg_table job, rebuild: true)")
+        files.append(task.file.file_path)
+    if not files:
+        return spark.createDataFrame([], SPARK_DDL)
+    return item_frame(spark, [(s3, f) for f in sorted(files)], _file_batches, SPARK_DDL)
+
+
+def _file_batches(item):
+    """Runs on an executor: one data file of the table, read over the S3 API, typed as SPARK_DDL."""
+    import pyarrow.parquet as pq
+    from pyarrow import fs
+
+    from matos_dagster.reader import SPARK_SCHEMA
+
+    s3, path = item
+    u = urlsplit(s3.endpoint)
+    s3fs = fs.S3FileSystem(access_key=s3.access_key, secret_key=s3.secret_key, region=s3.region,
+                           endpoint_override=u.netloc, scheme=u.scheme, force_virtual_addressing=False)
+    table = pq.read_table(path.removeprefix("s3://"), filesystem=s3fs)
+    yield from table.select(SPARK_SCHEMA.names).cast(SPARK_SCHEMA).to_batches()
 
 
 def metadata_location(tables: Tables, topic: str) -> str:

@@ -244,10 +244,11 @@ def readme_blocks() -> list[str]:
     return re.findall(r"^```python\n(.*?)^```", text[start:text.index("\n## ", start)], flags=re.S | re.M)
 
 
-def test_the_readme_reads_pyiceberg_duckdb_and_the_raw_layout_as_written(
+def test_the_readme_reads_pyiceberg_duckdb_spark_sql_and_the_raw_layout_as_written(
         kafka, swift, swift_server, spark, new_topic, tables_on):
     """Each README block, as written but for the endpoint, container and topic: the table's answers
-    hold exactly the archived records once; the raw layout's do not (the caveat the README states)."""
+    (pyiceberg, DuckDB, Spark SQL) hold exactly the archived records once; the raw layout's do not
+    (the caveat the README states)."""
     # Record i: partition i % 2, a minute after record i - 1 from 2026-01-01T00:00Z (the README's
     # filter); kept whatever their age (time-based retention would delete them before they are archived).
     topic = new_topic(partitions=2, **{"retention.ms": "-1"})
@@ -274,8 +275,8 @@ def test_the_readme_reads_pyiceberg_duckdb_and_the_raw_layout_as_written(
     expected = read_kafka(kafka, topic, 0, 0, 65) + read_kafka(kafka, topic, 1, 0, 60)
 
     blocks = readme_blocks()
-    assert len(blocks) == 3 and "Tables(store)" in blocks[0] and "iceberg_scan" in blocks[1] \
-        and "read_parquet" in blocks[2]
+    assert len(blocks) == 4 and "Tables(store)" in blocks[0] and "iceberg_scan" in blocks[1] \
+        and "read_parquet" in blocks[2] and "spark_frame" in blocks[3]
     netloc = urlsplit(swift_server.auth_url).netloc
     subs = {"127.0.0.1:8080": netloc, "matos-archive": swift.container, '"demo"': f'"{topic}"',
             "topic=demo/": f"topic={topic}/"}
@@ -298,6 +299,10 @@ def test_the_readme_reads_pyiceberg_duckdb_and_the_raw_layout_as_written(
 
     assert as_rows(namespace["archived"]) == expected
     assert sorted(namespace["per_partition"]) == [(0, 65), (1, 60)]
+
+    # Spark SQL over the table (through the S3 API): the archived records, once.
+    assert as_rows(namespace["rows"]) == expected
+    assert sorted((r["partition"], r["n"], r["last"]) for r in namespace["counted"]) == [(0, 65, 64), (1, 60, 59)]
 
     # The raw layout: the archived records, plus the stray's (again) and the unfinished range's.
     raw = as_rows(namespace["raw"])

@@ -1,0 +1,68 @@
+"""The table's metadata stays bounded whatever the history: old snapshots expire, old metadata files go.
+
+Every Iceberg commit rewrites the table's metadata file, which lists every snapshot: without expiry
+one archived range a commit makes that file, and so each commit, grow with the archive's history
+(README "The archive as an Iceberg table", the numbers). A local pyiceberg table (sqlite catalog,
+file warehouse): expiry is Iceberg metadata only, the same on Swift's S3 API.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pyarrow as pa
+import pytest
+from pyiceberg.catalog.sql import SqlCatalog
+
+from matos_dagster import iceberg, records
+from matos_dagster.iceberg import S3, TABLE_PROPERTIES, Tables, marks_of
+from matos_dagster.iceberg_plan import summary
+
+
+def batch(start: int, n: int = 5) -> pa.Table:
+    return pa.table({
+        "topic": ["t"] * n, "partition": pa.array([0] * n, pa.int32()),
+        "offset": pa.array(range(start, start + n), pa.int64()),
+        "timestamp": pa.array([1_700_000_000_000] * n, pa.timestamp("ms", tz="UTC")),
+        "timestamp_type": ["CreateTime"] * n, "key": pa.array([None] * n, pa.binary()),
+        "value": pa.array([b"v"] * n), "headers": pa.array([[]] * n, records.HEADERS)}, schema=records.SCHEMA)
+
+
+@pytest.fixture
+def local_table(tmp_path: Path):
+    catalog = SqlCatalog("t", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=f"file://{tmp_path}/wh")
+    catalog.create_namespace("ns")
+    props = {**TABLE_PROPERTIES, "write.metadata.previous-versions-max": "3"}
+    table = catalog.create_table(("ns", "t"), schema=records.SCHEMA, properties=props)
+    store = SimpleNamespace(container="c", params=SimpleNamespace(prefix=""))  # only named, never reached
+    return Tables(store, S3("http://127.0.0.1:1", "a", "b"), catalog), table, tmp_path
+
+
+def test_snapshots_beyond_the_newest_ones_expire_in_batches_and_the_table_keeps_every_record(
+        local_table, monkeypatch):
+    tables, table, _ = local_table
+    monkeypatch.setattr(iceberg, "KEEP_SNAPSHOTS", 3)
+    monkeypatch.setattr(iceberg, "EXPIRE_BATCH", 2)
+    for i in range(4):  # fewer than KEEP + BATCH: nothing expires
+        table.append(batch(i * 5), snapshot_properties=summary({0: i * 5 + 5}))
+    assert tables.expire(table) == 0 and len(table.snapshots()) == 4
+    table.append(batch(20), snapshot_properties=summary({0: 25}))
+    current = table.current_snapshot().snapshot_id
+
+    assert tables.expire(table) == 2
+    table = tables.catalog.load_table(("ns", "t"))
+    assert len(table.snapshots()) == 3
+    assert table.current_snapshot().snapshot_id == current
+    assert marks_of(table) == {0: 25}  # the watermark is the current snapshot's: untouched
+    assert sorted(table.scan().to_arrow()["offset"].to_pylist()) == list(range(25))
+
+
+def test_old_metadata_files_are_deleted_after_each_commit(local_table):
+    tables, table, tmp_path = local_table
+    for i in range(8):
+        table.append(batch(i * 5), snapshot_properties=summary({0: i * 5 + 5}))
+    kept = sorted(p.name for p in (tmp_path / "wh").rglob("*.metadata.json"))
+    # The current one and previous-versions-max (3) before it; 9 were written (create + 8 commits).
+    assert len(kept) == 4
+    assert Path(table.metadata_location.removeprefix("file://")).name in kept
