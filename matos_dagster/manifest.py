@@ -9,6 +9,10 @@
 
 Timestamps are Kafka's, in milliseconds since the epoch. Nothing in it depends on when or
 where it was written, so archiving a range again gives the same manifest. No Dagster imports.
+
+Versions: 1, each Parquet object one row group; 2, a row group per 4 MiB of records
+(records.ROW_GROUP_BYTES: objects are written as their records arrive), the same rows and
+columns. Readers read both: Parquet readers take any row groups, and the keys are the same.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ from typing import Any
 
 from matos_dagster.ranges import OffsetRange
 
-VERSION = 1
+VERSION = 2
+VERSIONS = (1, 2)  # what readers accept
 OBJECT_KEYS = ("name", "records", "bytes", "md5", "first_offset", "last_offset", "min_timestamp", "max_timestamp")
 
 
@@ -127,7 +132,10 @@ class Manifest:
             listed = tuple(ObjectEntry(**_typed(ObjectEntry, o, f"object {i}")) for i, o in enumerate(objects))
             m = cls(**{**_typed(cls, doc, "manifest", skip={"objects"}), "objects": listed})
         except TypeError as e:  # a key it lacks or one it should not have
-            raise ManifestError(f"manifest is not of version {VERSION}: {e}") from None
+            raise ManifestError(f"manifest is not of version {' or '.join(map(str, VERSIONS))}: {e}") from None
+        if m.version not in VERSIONS:
+            raise ManifestError(f"manifest version {m.version} is not one this matos-dagster reads "
+                                f"({', '.join(map(str, VERSIONS))}): upgrade matos-dagster to read it")
         try:
             m.range  # noqa: B018 - checks topic, partition and offsets
         except ValueError as e:

@@ -4,6 +4,11 @@ One row a record, nothing lost: key and value stay bytes (null stays null), head
 their order and repeated keys. Output is deterministic: the same records always give the
 same bytes (no wall-clock time anywhere), which is what makes a retried range rewrite
 byte-identical objects. No Dagster imports.
+
+Objects are written as the records arrive (`ObjectWriter`), one Parquet row group per
+`ROW_GROUP_BYTES` of records, so a task holds one row group of Arrow rows and the encoded
+object, never the whole object's rows twice. Row groups are cut at record boundaries counted
+from the rows themselves, so the bytes do not depend on how the records were read or chunked.
 """
 
 from __future__ import annotations
@@ -12,8 +17,11 @@ import base64
 import gzip
 import io
 import json
+from typing import Iterable
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 # confluent_kafka.TIMESTAMP_NOT_AVAILABLE / _CREATE_TIME / _LOG_APPEND_TIME
@@ -45,17 +53,19 @@ class Batch:
     `add` runs once per record, so it only appends: headers go to one flat list (with the
     index where each record's end), and timestamp types stay numbers. Every `chunk_bytes` of
     records those lists become one Arrow record batch, built in C, and are emptied: Python
-    objects per record (about 180 bytes each beyond the data) are held for one chunk only,
-    not for the whole object, so a task's peak stays near two objects' worth of Arrow data
-    (the chunks, then one contiguous copy of them to write). The written bytes do not depend
-    on the chunking: `table()` combines the chunks into the arrays one build would give.
+    objects per record (about 180 bytes each beyond the data) are held for one chunk only.
+    Given `fmt`, each chunk goes straight into the object's `ObjectWriter` (encoded, then
+    released), so a task holds one chunk of rows and the encoded object, not the object's
+    rows; without it the chunks are kept for `table()`. The written bytes do not depend on
+    the chunking (`ObjectWriter` cuts row groups by the records themselves).
     """
 
-    def __init__(self, topic: str, partition: int, chunk_bytes: int = 4 * 1024**2):
+    def __init__(self, topic: str, partition: int, chunk_bytes: int = 4 * 1024**2, fmt: str | None = None):
         self.topic = topic
         self.partition = partition
         self.chunk_bytes = chunk_bytes
         self._chunks: list[pa.RecordBatch] = []
+        self._writer = ObjectWriter(fmt) if fmt is not None else None
         self._rows = 0  # rows in the chunks
         self._new_lists()
         self.nbytes = 0
@@ -119,7 +129,7 @@ class Batch:
             ),
             type=HEADERS,
         )
-        self._chunks.append(pa.RecordBatch.from_arrays(
+        chunk = pa.RecordBatch.from_arrays(
             [
                 pa.array([self.topic] * n, pa.string()),
                 pa.array([self.partition] * n, pa.int32()),
@@ -131,13 +141,51 @@ class Batch:
                 headers,
             ],
             schema=SCHEMA,
-        ))
+        )
+        if self._writer is not None:
+            self._writer.write(chunk)
+        else:
+            self._chunks.append(chunk)
+        del chunk
         self._rows += n
         self._chunk_start_nbytes = self.nbytes
         self._new_lists()
 
+    def add_chunk(self, chunk: pa.RecordBatch, nbytes: int, largest: int, first_offset: int, last_offset: int,
+                  min_timestamp: int | None, max_timestamp: int | None) -> None:
+        """Records already in Arrow (the native reader's chunk), taken as `_seal` takes its own."""
+        self._seal()
+        if self.first_offset is None:
+            self.first_offset = first_offset
+        self.last_offset = last_offset
+        if min_timestamp is not None:
+            self.min_timestamp = min_timestamp if self.min_timestamp is None else min(self.min_timestamp, min_timestamp)
+            self.max_timestamp = max_timestamp if self.max_timestamp is None else max(self.max_timestamp, max_timestamp)
+        if self._writer is not None:
+            self._writer.write(chunk)
+        else:
+            self._chunks.append(chunk)
+        self._rows += chunk.num_rows
+        self.nbytes += nbytes
+        self.largest = max(self.largest, largest)
+        self._chunk_start_nbytes = self.nbytes
+
+    def writer(self, fmt: str) -> "ObjectWriter":
+        """The batch's records in an `ObjectWriter` of `fmt`, ready to `finish` (kept chunks are
+        written and released one by one)."""
+        self._seal()
+        if self._writer is None:
+            self._writer = ObjectWriter(fmt)
+        elif self._writer.fmt != fmt:
+            raise ValueError(f"this batch is being written as {self._writer.fmt}, not {fmt}")
+        while self._chunks:
+            self._writer.write(self._chunks.pop(0))
+        return self._writer
+
     def table(self) -> pa.Table:
         """The records as one table of contiguous arrays (the chunks are released)."""
+        if self._writer is not None:
+            raise ValueError("this batch's records went into its ObjectWriter as they came; there is no table")
         self._seal()
         chunks, self._chunks = self._chunks, []
         table = pa.Table.from_batches(chunks, schema=SCHEMA)
@@ -157,53 +205,192 @@ class Batch:
         }
 
 
+# A Parquet row group ends at the record that brings its records to this many bytes (key +
+# value + header keys and values, as `object_bytes` counts them), or at ROW_GROUP_ROWS rows.
+# Counted from the rows, so every chunking of the same records gives the same row groups, and
+# the writer holds at most one row group of rows. 4 MiB: as many bytes as the Python reader's
+# chunks, so those arrive as whole row groups (no copy); larger groups compress no better here
+# (zstd's window is far smaller) and would hold more memory.
+ROW_GROUP_BYTES = 4 * 1024**2
+ROW_GROUP_ROWS = 1024**2  # pyarrow's own largest row group: records of zero bytes still end one
+
+# How the Parquet columns are written. Dictionary encoding pays only on the repetitive
+# columns; on keys and values it would cost time and, once the dictionary overflows, nothing
+# else. Statistics only where a reader filters (offsets, timestamps).
+PARQUET_OPTIONS = dict(
+    compression="zstd",
+    use_dictionary=["topic", "timestamp_type"],
+    write_statistics=["partition", "offset", "timestamp"],
+)
+
+
+class ObjectWriter:
+    """One object's bytes, written as its records arrive as Arrow record batches (`SCHEMA`).
+
+    `write` takes batches of any size in offset order; `finish` gives the object's bytes. The
+    bytes depend only on the rows, never on how they were split into batches: Parquet row
+    groups are cut at every `ROW_GROUP_BYTES` of records counted from the rows, and JSON Lines
+    is written a row at a time. Held at once: one row group of rows, the encoder's buffers for
+    it and the encoded (compressed) object so far.
+    """
+
+    def __init__(self, fmt: str):
+        if fmt not in ("parquet", "jsonl"):
+            raise ValueError(f"unknown format {fmt!r}: use parquet or jsonl")
+        self.fmt = fmt
+        self.records = 0
+        self._out = io.BytesIO()
+        self._first_offset: int | None = None
+        self._last_offset: int | None = None
+        self._min_ts: int | None = None
+        self._max_ts: int | None = None
+        self._pending: list[pa.RecordBatch] = []  # the row group being gathered (parquet)
+        self._pending_bytes = 0
+        self._pending_rows = 0
+        if fmt == "parquet":
+            self._parquet = pq.ParquetWriter(self._out, SCHEMA, **PARQUET_OPTIONS)
+        else:
+            # mtime 0 so the bytes are repeatable.
+            self._gzip = gzip.GzipFile(fileobj=self._out, mode="wb", mtime=0, compresslevel=6)
+        self._done = False
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        if self._done:
+            raise ValueError("this object is finished")
+        if not batch.schema.equals(SCHEMA):
+            raise ValueError(f"record batch does not have the archive's schema:\n{batch.schema}\nexpected:\n{SCHEMA}")
+        n = batch.num_rows
+        if not n:
+            return
+        self._stats(batch)
+        self.records += n
+        if self.fmt == "jsonl":
+            _write_jsonl(self._gzip, batch)
+            return
+        sizes = row_sizes(batch)
+        start = 0
+        while start < n:
+            # The row that brings the group to ROW_GROUP_BYTES ends it (as Batch seals a chunk).
+            cum = np.cumsum(sizes[start:])
+            reach = int(np.searchsorted(cum, ROW_GROUP_BYTES - self._pending_bytes, side="left"))
+            take = min(reach + 1, ROW_GROUP_ROWS - self._pending_rows)
+            if take > n - start:  # the group goes on in the next batch
+                self._add_pending(batch.slice(start), int(cum[-1]))
+                return
+            self._add_pending(batch.slice(start, take), int(cum[take - 1]))
+            self._write_group()
+            start += take
+
+    def _add_pending(self, rows: pa.RecordBatch, nbytes: int) -> None:
+        self._pending.append(rows)
+        self._pending_bytes += nbytes
+        self._pending_rows += rows.num_rows
+
+    def _write_group(self) -> None:
+        pending, self._pending = self._pending, []
+        # One contiguous batch per group: Parquet's pages depend on how a column is chunked.
+        group = pending[0] if len(pending) == 1 else pa.concat_batches(pending)
+        del pending
+        self._parquet.write_batch(group, row_group_size=group.num_rows)
+        self._pending_bytes = self._pending_rows = 0
+
+    def _stats(self, batch: pa.RecordBatch) -> None:
+        offsets = batch.column("offset")
+        if self._first_offset is None:
+            self._first_offset = offsets[0].as_py()
+        self._last_offset = offsets[-1].as_py()
+        lo_hi = pc.min_max(batch.column("timestamp").cast(pa.int64()))
+        lo, hi = lo_hi["min"].as_py(), lo_hi["max"].as_py()
+        if lo is not None:
+            self._min_ts = lo if self._min_ts is None else min(self._min_ts, lo)
+            self._max_ts = hi if self._max_ts is None else max(self._max_ts, hi)
+
+    def stats(self) -> dict:
+        return {
+            "records": self.records,
+            "first_offset": self._first_offset,
+            "last_offset": self._last_offset,
+            "min_timestamp": self._min_ts,
+            "max_timestamp": self._max_ts,
+        }
+
+    def finish(self) -> bytes:
+        """The object's bytes. The writer is done after this."""
+        if self._done:
+            raise ValueError("this object is finished")
+        self._done = True
+        if self.fmt == "parquet":
+            if self._pending:
+                self._write_group()
+            self._parquet.close()
+        else:
+            self._gzip.close()
+        out, self._out = self._out, None
+        return out.getvalue()  # BytesIO shares its buffer here: no copy
+
+
+def write_object(batches: Iterable[pa.RecordBatch], fmt: str) -> tuple[bytes, dict]:
+    """The object's bytes and stats for these record batches (in offset order)."""
+    w = ObjectWriter(fmt)
+    for b in batches:
+        w.write(b)
+    return w.finish(), w.stats()
+
+
+def row_sizes(batch: pa.RecordBatch | pa.Table) -> np.ndarray:
+    """Each record's key + value + header key (UTF-8) and value bytes, as `object_bytes` counts them."""
+    n = batch.num_rows
+    size = np.zeros(n, dtype=np.int64)
+    for col in ("key", "value"):
+        size += pc.fill_null(pc.binary_length(batch.column(col)), 0).to_numpy(zero_copy_only=False)
+    headers = batch.column("headers")
+    if isinstance(headers, pa.ChunkedArray):
+        headers = headers.combine_chunks()
+    flat = headers.flatten()  # the headers of the rows in view (a slice's too)
+    if len(flat):
+        per = (pc.fill_null(pc.binary_length(flat.field("key")), 0).to_numpy(zero_copy_only=False)
+               + pc.fill_null(pc.binary_length(flat.field("value")), 0).to_numpy(zero_copy_only=False))
+        parents = pc.list_parent_indices(headers).to_numpy(zero_copy_only=False)
+        size += np.bincount(parents, weights=per, minlength=n).astype(np.int64)
+    return size
+
+
 def encode(table: pa.Table, fmt: str) -> bytes:
-    if fmt == "parquet":
-        return to_parquet(table)
-    if fmt == "jsonl":
-        return to_jsonl_gz(table)
-    raise ValueError(f"unknown format {fmt!r}")
+    if fmt not in ("parquet", "jsonl"):
+        raise ValueError(f"unknown format {fmt!r}")
+    return write_object(table.cast(SCHEMA).to_batches(), fmt)[0]
 
 
 def to_parquet(table: pa.Table) -> bytes:
-    buf = io.BytesIO()
-    pq.write_table(
-        table,
-        buf,
-        compression="zstd",
-        # Dictionary encoding pays only on the repetitive columns; on keys and values it
-        # would cost time and, once the dictionary overflows, nothing else.
-        use_dictionary=["topic", "timestamp_type"],
-        write_statistics=["partition", "offset", "timestamp"],
-    )
-    return buf.getvalue()
+    return encode(table, "parquet")
 
 
 def to_jsonl_gz(table: pa.Table) -> bytes:
-    """One JSON object a line; bytes as base64; gzip with mtime 0 so the bytes are repeatable.
+    return encode(table, "jsonl")
+
+
+def _write_jsonl(gz: gzip.GzipFile, batch: pa.RecordBatch) -> None:
+    """One JSON object a line; bytes as base64; one write per row whatever the batches.
 
     `timestamp` is Kafka's milliseconds as a JSON integer, taken from the column's int64
     storage: never through a datetime (its float seconds lose a millisecond of ~0.6% of
     timestamps, and it ends at year 9999 while Kafka's go to 2**63-1).
     """
-    out = io.BytesIO()
     b64 = _b64
-    with gzip.GzipFile(fileobj=out, mode="wb", mtime=0, compresslevel=6) as gz:
-        cols = table.drop_columns(["timestamp"]).to_pydict()
-        stamps = table.column("timestamp").cast(pa.int64()).to_pylist()
-        for i in range(table.num_rows):
-            row = {
-                "topic": cols["topic"][i],
-                "partition": cols["partition"][i],
-                "offset": cols["offset"][i],
-                "timestamp": stamps[i],
-                "timestamp_type": cols["timestamp_type"][i],
-                "key": b64(cols["key"][i]),
-                "value": b64(cols["value"][i]),
-                "headers": [{"key": h["key"], "value": b64(h["value"])} for h in cols["headers"][i]],
-            }
-            gz.write(json.dumps(row, separators=(",", ":")).encode() + b"\n")
-    return out.getvalue()
+    cols = batch.drop_columns(["timestamp"]).to_pydict()
+    stamps = batch.column("timestamp").cast(pa.int64()).to_pylist()
+    for i in range(batch.num_rows):
+        row = {
+            "topic": cols["topic"][i],
+            "partition": cols["partition"][i],
+            "offset": cols["offset"][i],
+            "timestamp": stamps[i],
+            "timestamp_type": cols["timestamp_type"][i],
+            "key": b64(cols["key"][i]),
+            "value": b64(cols["value"][i]),
+            "headers": [{"key": h["key"], "value": b64(h["value"])} for h in cols["headers"][i]],
+        }
+        gz.write(json.dumps(row, separators=(",", ":")).encode() + b"\n")
 
 
 def from_jsonl_gz(data: bytes) -> pa.Table:

@@ -68,3 +68,18 @@ def test_a_compacted_ranges_manifest_keeps_what_it_replaces():
     doc = {**manifest.build(OffsetRange("t", 0, 0, 20), "parquet", []), "replaces": [[0, 10], [10, 20]]}
     m = manifest.Manifest.from_json(doc)
     assert m.replaces == [[0, 10], [10, 20]] and canonical_json(m.to_json()) == canonical_json(doc)
+
+
+def test_a_version_1_manifest_still_reads_back_to_its_bytes_and_a_newer_version_is_refused_naming_the_fix():
+    # Version 2 changed only how Parquet objects are cut into row groups (records.ROW_GROUP_BYTES):
+    # manifests of version 1 are read as they are, and keep their bytes.
+    doc = manifest.build(OffsetRange("t", 0, 0, 10), "parquet", [
+        {"name": "a", "records": 10, "bytes": 5, "md5": "m", "first_offset": 0, "last_offset": 9,
+         "min_timestamp": 1, "max_timestamp": 7, "largest_record_bytes": 3, "record_bytes": 20}])
+    assert doc["version"] == manifest.VERSION == 2
+    old = {**doc, "version": 1}
+    m = manifest.Manifest.from_json(old)
+    assert m.version == 1 and canonical_json(m.to_json()) == canonical_json(old)
+    with pytest.raises(manifest.ManifestError, match="manifest version 3 is not one this matos-dagster reads "
+                                                     r"\(1, 2\): upgrade matos-dagster"):
+        manifest.Manifest.from_json({**doc, "version": 3})

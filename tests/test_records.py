@@ -1,11 +1,14 @@
 """Records as Arrow rows, Parquet and JSON Lines: lossless and byte-for-byte repeatable."""
 
+import io
 import random
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from helpers import decode_object, table_rows
-from matos_dagster import records
+from matos_dagster import records, slice_task
 
 ROWS = [
     # offset, ts type, ts, key, value, headers
@@ -76,3 +79,128 @@ def test_an_object_gathered_in_small_chunks_is_byte_identical_to_one_gathered_wh
     assert len(chunked._chunks) > 50, "the small chunk size must really cut the records into chunks"
     assert whole.stats() == chunked.stats()
     assert records.encode(chunked.table(), fmt) == records.encode(whole.table(), fmt)
+
+
+# -- ObjectWriter: objects written as the records come (memory), bytes fixed by the rows ------
+
+
+def many_rows(n: int, seed: int = 0) -> pa.RecordBatch:
+    """n records with every edge (null and empty keys and values, repeated, null-valued and
+    UTF-8 header keys, unknown timestamps), as one Arrow record batch of records.SCHEMA."""
+    b = records.Batch("orders", 3)
+    for o in range(n):
+        r = random.Random(seed * 1_000_003 + o)
+        key = None if o % 7 == 0 else b"" if o % 11 == 0 else b"k%d" % (o % 50)
+        value = None if o % 5 == 0 else r.randbytes(r.randint(0, 300))
+        headers = [("h", b"x"), ("h", None), ("é日", r.randbytes(o % 5))][: o % 4] or None
+        b.add(1_000 + 2 * o, o % 3, 1_600_000_000_000 + o * 13 % 977, key, value, headers,
+              slice_task._size(key, value, headers))
+    return b.table().to_batches()[0]
+
+
+def splits(rows: pa.RecordBatch, seed: int) -> list[pa.RecordBatch]:
+    """The rows cut at random places into record batches (zero-copy slices, some of one row)."""
+    r = random.Random(seed)
+    cuts = sorted(set(r.sample(range(1, rows.num_rows), r.randint(1, 60)) + [1, rows.num_rows - 1]))
+    return [rows.slice(a, b - a) for a, b in zip([0, *cuts], [*cuts, rows.num_rows])]
+
+
+def row_groups(data: bytes) -> list[int]:
+    meta = pq.ParquetFile(io.BytesIO(data)).metadata
+    return [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+
+
+@pytest.fixture
+def small_row_groups(monkeypatch):
+    """Row groups of 4 KiB of records, so a thousand records make many of them."""
+    monkeypatch.setattr(records, "ROW_GROUP_BYTES", 4 * 1024)
+
+
+def test_a_record_counts_in_row_sizes_as_the_slice_task_counts_it():
+    rows = many_rows(500)
+    t = pa.Table.from_batches([rows])
+    expected = [slice_task._size(r["key"], r["value"], [(h["key"], h["value"]) for h in r["headers"]])
+                for r in t.to_pylist()]
+    assert records.row_sizes(rows).tolist() == expected
+    assert records.row_sizes(rows.slice(100, 50)).tolist() == expected[100:150]  # a slice counts its own rows
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_any_split_of_the_same_records_into_batches_writes_the_same_bytes(fmt, small_row_groups):
+    # The native reader hands Arrow batches of its own sizes, the Python reader 4 MiB chunks, a
+    # retried range either: the object must be the same bytes whichever way its rows came.
+    rows = many_rows(1_500)
+    whole, stats = records.write_object([rows], fmt)
+    for seed in range(3):
+        data, split_stats = records.write_object(splits(rows, seed), fmt)
+        assert data == whole, f"split {seed} changed the bytes"
+        assert split_stats == stats
+    assert table_rows(records.decode(whole, fmt)) == table_rows(pa.Table.from_batches([rows]))
+    if fmt == "parquet":
+        assert len(row_groups(whole)) > 10, "the records must span many row groups for this test to mean anything"
+
+
+def test_a_row_group_ends_at_the_record_that_brings_it_to_row_group_bytes(small_row_groups):
+    rows = many_rows(1_500)
+    data, _ = records.write_object(splits(rows, 1), "parquet")
+    sizes = records.row_sizes(rows).tolist()
+    start = 0
+    for n in row_groups(data)[:-1]:
+        group = sizes[start:start + n]
+        assert sum(group) >= records.ROW_GROUP_BYTES > sum(group[:-1]), (start, n)
+        start += n
+    last = sizes[start:]
+    assert sum(last) < records.ROW_GROUP_BYTES or sum(last) >= records.ROW_GROUP_BYTES > sum(last[:-1])
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_a_batch_encoding_as_it_goes_writes_what_a_batch_kept_whole_writes(fmt, small_row_groups):
+    def gathered(chunk_bytes: int, streamed: bool) -> records.Batch:
+        b = records.Batch("orders", 3, chunk_bytes=chunk_bytes, fmt=fmt if streamed else None)
+        for row in pa.Table.from_batches([many_rows(1_000)]).to_pylist():
+            headers = [(h["key"], h["value"]) for h in row["headers"]] or None
+            ts_type = {"NotAvailable": 0, "CreateTime": 1, "LogAppendTime": 2}[row["timestamp_type"]]
+            ts = int(row["timestamp"].timestamp() * 1000) if row["timestamp"] else -1
+            b.add(row["offset"], ts_type, ts, row["key"], row["value"], headers,
+                  slice_task._size(row["key"], row["value"], headers))
+        return b
+
+    streamed = gathered(5_000, True)
+    assert streamed._chunks == [], "a batch given the format keeps no chunk: each went into the object"
+    kept = gathered(1 << 40, False)
+    assert streamed.stats() == kept.stats() == {**streamed.writer(fmt).stats()}
+    assert streamed.writer(fmt).finish() == kept.writer(fmt).finish()
+
+
+def version_1_parquet(table: pa.Table) -> bytes:
+    """An object as manifest version 1 wrote it: the whole object as one row group."""
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd", use_dictionary=["topic", "timestamp_type"],
+                   write_statistics=["partition", "offset", "timestamp"])
+    return buf.getvalue()
+
+
+def test_objects_written_before_row_groups_still_read_and_small_ones_keep_their_bytes(small_row_groups):
+    old = version_1_parquet(batch().table())
+    assert records.decode(old, "parquet").equals(batch().table())
+    assert decode_object(old, "parquet") == EXPECTED
+    # An object under ROW_GROUP_BYTES of records is one row group: the bytes version 1 wrote.
+    assert records.encode(batch().table(), "parquet") == old
+    # A larger one: other bytes (several row groups), the same rows.
+    big = pa.Table.from_batches([many_rows(1_000)])
+    old_big, new_big = version_1_parquet(big), records.encode(big, "parquet")
+    assert len(row_groups(old_big)) == 1 and len(row_groups(new_big)) > 1
+    assert records.decode(old_big, "parquet").equals(records.decode(new_big, "parquet"))
+    assert decode_object(old_big, "parquet") == decode_object(new_big, "parquet")
+
+
+def test_what_the_writer_cannot_write_is_refused_naming_what_to_change():
+    with pytest.raises(ValueError, match="unknown format 'csv': use parquet or jsonl"):
+        records.ObjectWriter("csv")
+    w = records.ObjectWriter("parquet")
+    with pytest.raises(ValueError, match="does not have the archive's schema"):
+        w.write(pa.record_batch({"offset": pa.array([1], pa.int64())}))
+    w.write(many_rows(3))
+    w.finish()
+    with pytest.raises(ValueError, match="finished"):
+        w.write(many_rows(3))

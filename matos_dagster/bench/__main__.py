@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
                 "runs": w, "throughput": report.throughput(w), "ratios": report.ratios(w),
                 "cpu": report.cpu(w, results["machine_cores"]),
             }
-        results["memory"] = memory_summary(memory1, memory4)
+        results["memory"] = memory_summary(memory1, memory4, memory_object)
         lj = [p["records_per_s"] for p in produce["load_job"]]
         pp = [p["records_per_s"] for p in produce["producer_performance"]]
         ratio = [a / b for a, b in zip(lj, pp)]
@@ -243,16 +243,23 @@ def history_main(args: argparse.Namespace) -> int:
     return 0
 
 
-def memory_summary(w1: list[dict], w4: list[dict]) -> dict:
+def memory_summary(w1: list[dict], w4: list[dict], object_bytes: int) -> dict:
     def summary(runs: list[dict]) -> dict:
         out = {"records": runs[0]["records"] if runs else 0}
         for kind in ("total", "driver_python", "jvm", "python_workers"):
             out[f"{kind}_mib"] = report.stats([r["memory"][kind] / MIB for r in runs])
+        # One task's memory: the largest rise of a Python worker's RSS during the timed work
+        # (a worker runs one task at a time), per run; and that over object_bytes.
+        tasks = [[t["above_start"] for t in r.get("task_memory", [])] for r in runs]
+        out["task_mib"] = report.stats([max(t) / MIB for t in tasks if t])
+        out["task_over_object_bytes"] = report.stats([max(t) / object_bytes for t in tasks if t])
+        out["tasks_per_run"] = [len(t) for t in tasks]
         return out
 
     a, b = summary(w1), summary(w4)
     per_rep = [y["memory"]["total"] / x["memory"]["total"] for x, y in zip(w1, w4)]
-    return {"W1": a, "4×W1": b, "ratio": {"per_repeat": per_rep, **report.stats(per_rep)}}
+    return {"W1": a, "4×W1": b, "ratio": {"per_repeat": per_rep, **report.stats(per_rep)},
+            "object_bytes": object_bytes}
 
 
 if __name__ == "__main__":

@@ -2,12 +2,16 @@
 
 A Spark run is a Python driver, its JVM (in local mode the executor lives in the same JVM)
 and the Python workers the JVM forks; each sample sums the RSS of every live process below
-the root, per kind, and the peaks are kept.
+the root, per kind, and the peaks are kept. Each Python worker's RSS is also kept over time:
+a worker runs one task at a time, so its peak above its RSS when the timed work started is
+the most one task held (`task_peaks`), which `make bench` compares with `object_bytes`.
 """
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 from pathlib import Path
 
 KINDS = ("driver_python", "jvm", "python_workers", "other")
@@ -51,15 +55,20 @@ def _kind(pid: int, root: int) -> str:
     return "other"
 
 
-def tree_rss(root: int) -> dict[str, int]:
-    """RSS in bytes of `root` and all its descendants, summed per kind, plus 'total'."""
+def tree_rss(root: int, workers: "WorkerTimeline | None" = None) -> dict[str, int]:
+    """RSS in bytes of `root` and all its descendants, summed per kind, plus 'total'
+    (and each Python worker's RSS into `workers`, if given)."""
     children = _children_map()
     sums = dict.fromkeys(KINDS, 0)
     todo = [root]
+    now = time.time()
     while todo:
         pid = todo.pop()
         todo.extend(children.get(pid, []))
-        sums[_kind(pid, root)] += _rss_kb(pid) * 1024
+        kind, rss = _kind(pid, root), _rss_kb(pid) * 1024
+        sums[kind] += rss
+        if workers is not None and kind == "python_workers" and rss:
+            workers.add(now, pid, rss)
     sums["total"] = sum(sums[k] for k in KINDS)
     return sums
 
@@ -71,6 +80,7 @@ class PeakSampler:
         self.pid, self.interval = pid, interval
         self.peaks = dict.fromkeys((*KINDS, "total"), 0)
         self.samples = 0
+        self.workers = WorkerTimeline()  # each Python worker's RSS over time: per-task peaks
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -84,9 +94,83 @@ class PeakSampler:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            rss = tree_rss(self.pid)
+            rss = tree_rss(self.pid, self.workers)
             if rss["total"]:
                 self.samples += 1
                 for k, v in rss.items():
                     self.peaks[k] = max(self.peaks[k], v)
             self._stop.wait(self.interval)
+
+
+# --- per task ---------------------------------------------------------------------------------
+# A Spark Python worker runs one task at a time, so a task's memory is its worker's RSS above
+# what the worker held when the timed part started (imports, Spark's own state). Arrow's pool
+# is sampled only in process (bench/profile.py), where the task runs in this interpreter.
+
+
+class WorkerTimeline:
+    """Every Python worker's RSS over time, sampled with the tree (`PeakSampler` feeds it)."""
+
+    def __init__(self) -> None:
+        self.samples: dict[int, list[tuple[float, int]]] = {}
+
+    def add(self, at: float, pid: int, rss: int) -> None:
+        self.samples.setdefault(pid, []).append((at, rss))
+
+    def task_peaks(self, started: float) -> list[dict]:
+        """Per worker that ran after `started`: RSS at start (or first seen), peak after, the difference."""
+        out = []
+        for pid, series in sorted(self.samples.items()):
+            before = [rss for t, rss in series if t <= started]
+            after = [rss for t, rss in series if t > started]
+            if not after:
+                continue
+            base = before[-1] if before else after[0]
+            peak = max(after)
+            out.append({"pid": pid, "start_rss": base, "peak_rss": peak, "above_start": max(0, peak - base),
+                        "seen_before_start": bool(before)})
+        return out
+
+
+def rss_self() -> int:
+    """This process's resident bytes now."""
+    return _rss_kb(os.getpid()) * 1024
+
+
+class SelfSampler:
+    """Peak RSS of this process and peak bytes in Arrow's memory pool, sampled in a thread
+    every `interval` seconds, above what they were when it started (one task run in process)."""
+
+    def __init__(self, interval: float = 0.005):
+        import pyarrow as pa
+
+        self._pa = pa
+        self.interval = interval
+        self.base_rss = rss_self()
+        self.base_arrow = pa.total_allocated_bytes()
+        self.peak_rss = self.base_rss
+        self.peak_arrow = self.base_arrow
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> "SelfSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak_rss = max(self.peak_rss, rss_self())
+            self.peak_arrow = max(self.peak_arrow, self._pa.total_allocated_bytes())
+            self._stop.wait(self.interval)
+
+    @property
+    def rss_above(self) -> int:
+        return self.peak_rss - self.base_rss
+
+    @property
+    def arrow_above(self) -> int:
+        return self.peak_arrow - self.base_arrow

@@ -209,6 +209,8 @@ def spark_run(kind: str, spec: dict, log_dir: Path) -> dict:
         "seconds_with_startup": r["done"] - spawned,  # + process, imports, JVM and session start
         "startup_s": r["work_started"] - spawned,
         "memory": mem.peaks,
+        # Each Python worker's peak above its RSS when the timed work started: one task's memory.
+        "task_memory": mem.workers.task_peaks(r["work_started"]),
         "cpu": r.get("cpu"),  # of the timed part: the worker's process tree and the servers
         "log": str(log_dir / f"{tag}.log"),
     }

@@ -6,37 +6,52 @@ prints wall and CPU time and the share of the task's phases: reading (`consume`)
 per-record loop, building the Arrow table, Parquet, md5, and the PUT. cProfile slows
 Python code more than C code, so the shares are indicative; `py-spy record -- python -m
 matos_dagster.bench.profile` samples without that bias (py-spy is not a dependency).
+
+Before the profiled run, one run without the profiler measures the task's memory: the peak
+of this process's RSS and of Arrow's memory pool above what they were before the task, next
+to `object_bytes` (`--object-mib`, 64 by default as the topic default), and its wall and CPU time.
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import pstats
 import time
 import uuid
 
+from matos_dagster.bench.memory import SelfSampler
 from matos_dagster.bench.stack import Workload, produce_workload, running_stack
 from matos_dagster.ranges import OffsetRange
 from matos_dagster.slice_task import SliceJob, archive_slice
 from matos_dagster.store import Store
 
 # (label, how the function shows in pstats: file suffix or name, function name)
+# Phases that do not nest in one another; the last is the whole.
 PHASES = [
     ("consume (Kafka fetch)", "~", "<method 'consume' of 'cimpl.Consumer' objects>"),
-    ("Batch.add", "records.py", "add"),
-    ("Batch.table (Arrow)", "records.py", "table"),
-    ("Parquet encode", "records.py", "to_parquet"),
+    ("chunks: Arrow + encode", "records.py", "_seal"),
+    ("finish (last group)", "records.py", "finish"),
     ("md5", "~", "<built-in method _hashlib.openssl_md5>"),
     ("PUT (swiftclient)", "client.py", "put_object"),
     ("the whole task", "slice_task.py", "archive_slice"),
 ]
+# Inside `chunks: Arrow + encode` and `finish`.
+ENCODE = [
+    ("  encode (ObjectWriter.write)", "records.py", "write"),
+    ("    Parquet write_batch", "core.py", "write_batch"),
+    ("    row sizes", "records.py", "row_sizes"),
+]
+MIB = 1024**2
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m matos_dagster.bench.profile", description=__doc__.split("\n\n")[0])
     p.add_argument("--records", type=int, default=100_000)
     p.add_argument("--value-bytes", type=int, default=1024)
+    p.add_argument("--object-mib", type=float, default=64.0, help="object_bytes in MiB (the topic default: 64)")
+    p.add_argument("--format", default="parquet", choices=["parquet", "jsonl"])
     args = p.parse_args(argv)
     with running_stack() as stack:
         topic = f"bench-profile-{uuid.uuid4().hex[:6]}"
@@ -45,10 +60,22 @@ def main(argv: list[str] | None = None) -> int:
         (r,) = stack.ranges(topic)
         job = SliceJob(slice=OffsetRange(topic, 0, r.start, r.end), directory=f"profile/{topic}",
                        kafka_conf=stack.kafka().client_config(), group="bench-profile",
-                       swift=stack.swift_params(f"bench-profile-{uuid.uuid4().hex[:6]}"))
+                       swift=stack.swift_params(f"bench-profile-{uuid.uuid4().hex[:6]}"),
+                       format=args.format, object_bytes=int(args.object_mib * MIB))
         with Store(job.swift) as store:
             store.check()  # creates the container
         archive_slice(job)  # warm: imports, connections
+        gc.collect()
+        with SelfSampler() as mem:
+            wall, cpu = time.perf_counter(), time.process_time()
+            archive_slice(job)
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        ob = job.object_bytes
+        print(f"memory of one task ({args.format}, object_bytes {ob / MIB:.1f} MiB): peak RSS {mem.rss_above / MIB:.0f} MiB "
+              f"above the start = {mem.rss_above / ob:.2f}x object_bytes; Arrow pool peak {mem.arrow_above / MIB:.0f} MiB "
+              f"= {mem.arrow_above / ob:.2f}x; {wall:.2f} s wall, {cpu:.2f} s CPU, {args.records / wall:,.0f} records/s, "
+              f"{1e6 * cpu / args.records:.1f} µs CPU per record (no profiler)")
+        gc.collect()
         profiler = cProfile.Profile()
         wall, cpu = time.perf_counter(), time.process_time()
         profiler.enable()
@@ -60,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.records:,} records of {args.value_bytes} B, {len(written)} object(s): {wall:.2f} s wall, "
           f"{cpu:.2f} s CPU in this process, {args.records / wall:,.0f} records/s (under cProfile)")
     for label, where, name in PHASES:
+        t = _cumulative(stats, where, name)
+        print(f"  {label:<24} {t:6.2f} s  {100 * t / total:5.1f}%")
+    for label, where, name in ENCODE:
         t = _cumulative(stats, where, name)
         print(f"  {label:<24} {t:6.2f} s  {100 * t / total:5.1f}%")
     loop = total - sum(_cumulative(stats, w, n) for _, w, n in PHASES[:-1])

@@ -134,6 +134,10 @@ def targets(results: dict) -> list[dict]:
     mem = results.get("memory")
     if mem:
         out.append(_target("peak memory at 4×W1 within 10% of W1", mem["ratio"], lambda v: v <= 1.10, "×"))
+        for n in ("W1", "4×W1"):
+            if mem[n].get("task_over_object_bytes", {}).get("n"):
+                out.append(_target(f"{n}: peak memory per task ≤ 3 × object_bytes", mem[n]["task_over_object_bytes"],
+                                   lambda v: v <= 3.0, "×"))
     sensor = results.get("sensor")
     if sensor:
         out.append(_target(f"sensor tick median < 1 s ({sensor['partitions']} partitions, {sensor['keys']:,} keys)",
@@ -248,6 +252,14 @@ def markdown(results: dict) -> str:
             k = mem[n]
             lines.append(f"| {n} ({k['records']:,} records) | " + " | ".join(
                 _cell(k[f"{kind}_mib"]) for kind in ("total", "driver_python", "jvm", "python_workers")) + " |")
+        if mem["W1"].get("task_mib", {}).get("n"):
+            ob = mem.get("object_bytes", 0) / 1024**2
+            lines += ["", f"Peak memory of one task (the largest rise of a Python worker's RSS during the timed "
+                      f"work; a worker runs one task at a time), objects of up to {ob:.1f} MiB of records:", "",
+                      "| workload | MiB per task | × object_bytes |", "| --- | ---: | ---: |"]
+            for n in ("W1", "4×W1"):
+                k = mem[n]
+                lines.append(f"| {n} | {_cell(k['task_mib'])} | {_cell(k['task_over_object_bytes'])} |")
     sensor = results.get("sensor")
     if sensor:
         lines += ["", f"Lag sensor tick, {sensor['partitions']} partitions, {sensor['keys']:,} range keys in the "
