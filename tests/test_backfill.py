@@ -1,7 +1,7 @@
 """Everything pending of a topic in one command (and one launch in the UI), as ONE Dagster backfill.
 
-A `dagster-daemon` (what `make run` / `dg dev` run besides the UI) runs the backfills here: the
-feature is the daemon's. The topic's batch thresholds are never reached, so its lag sensor
+A `dagster dev` (what `make run` / `dg dev` run: the UI and the daemon) runs the backfills here:
+the feature is the daemon's, and the UI's launch is sent to its webserver. The topic's batch thresholds are never reached, so its lag sensor
 requests nothing and every range is archived by the backfill alone. Those daemon tests take
 minutes (the daemon's backfill iterations, a run per range): `slow`, in `make test-all`. What the
 command submits, and its refusals, are checked without a daemon in `make test`.
@@ -12,9 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -25,7 +23,7 @@ from matos_dagster.jobs import backfill as bf
 from matos_dagster.ranges import OffsetRange
 from matos_dagster.resources import SwiftResource
 from matos_dagster.settings import PROJECT_ROOT
-from test_daemon import _stop_group
+from test_daemon import Dev, dev_project, running_dev, shows_log, wait_for
 
 BIN = Path(sys.executable).parent
 LOGS = PROJECT_ROOT / "test-output" / "test_backfill"
@@ -33,76 +31,35 @@ GROUP = "matos-archiver"
 MATOS = [sys.executable, "-m", "matos_dagster"]
 
 
-@dataclass
-class Daemon:
-    env: dict
-    topic: str
-    asset: str
-    container: str
-    instance: DagsterInstance
-    log: Path
-    proc: subprocess.Popen
-
-    def tail(self, chars: int = 4000) -> str:
-        return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else "(no log)"
-
-
-def wait_for(what: str, predicate, timeout: float, d: Daemon, every: float = 1.0):
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        assert d.proc.poll() is None, f"dagster-daemon exited {d.proc.returncode}:\n{d.tail()}"
-        assert time.monotonic() < deadline, f"{what}: not within {timeout:.0f}s; daemon log:\n{d.tail()}"
-        time.sleep(every)
-    return value
-
-
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory, kafka, kafka_server, swift_server, connect_server):
+    """`dagster dev` (webserver and daemon, as `make run`), for a topic whose lag sensor stays out of it."""
     tmp = tmp_path_factory.mktemp("backfill")
     topic = f"bf-{uuid.uuid4().hex[:8]}"
-    container = f"bf-{uuid.uuid4().hex[:8]}"
-    # Ranges of at most 50 offsets; batch thresholds never reached: the lag sensor stays out of it.
-    (tmp / "topics.yaml").write_text(
-        f"topics:\n  - name: {topic}\n    group: {GROUP}\n"
-        "    batch: {records: 100000000, age_s: 100000000, max_range_records: 50}\n")
-    home = tmp / "dagster_home"
-    home.mkdir()
-    (home / "dagster.yaml").write_text((PROJECT_ROOT / "dagster.yaml").read_text())
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "DAGSTER_HOME": str(home),
-           "MATOS_TOPICS_FILE": str(tmp / "topics.yaml"),
-           "MATOS_MONITOR_CRON": "0 0 1 1 *",  # the monitor's schedule stays out of the run queue
-           "MATOS_KAFKA_BOOTSTRAP_SERVERS": kafka_server.bootstrap_servers,
-           "MATOS_SWIFT_AUTH_URL": swift_server.auth_url, "MATOS_SWIFT_CONTAINER": container,
-           "MATOS_SPARK_MASTER": connect_server.url}
-    instance = DagsterInstance.from_config(str(home))  # storage created before the daemon races for it
-    LOGS.mkdir(parents=True, exist_ok=True)
-    log = LOGS / "dagster-daemon.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen([str(BIN / "dagster-daemon"), "run", "-m", "matos_dagster.definitions"],
-                                cwd=tmp, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
-    d = Daemon(env, topic, "archive_" + topic.replace("-", "_"), container, instance, log, proc)
-    try:
-        wait_for("the backfill daemon heartbeats", lambda: bf.daemon_running(instance), 300, d, every=2)
+    # Ranges of at most 50 offsets; batch thresholds never reached: the lag sensor requests nothing.
+    env = dev_project(
+        tmp, f"topics:\n  - name: {topic}\n    group: {GROUP}\n"
+             "    batch: {records: 100000000, age_s: 100000000, max_range_records: 50}\n",
+        f"bf-{uuid.uuid4().hex[:8]}",
+        MATOS_MONITOR_CRON="0 0 1 1 *",  # the monitor's schedule stays out of the run queue
+        MATOS_KAFKA_BOOTSTRAP_SERVERS=kafka_server.bootstrap_servers,
+        MATOS_SWIFT_AUTH_URL=swift_server.auth_url,
+        MATOS_SPARK_MASTER=connect_server.url)
+    with running_dev(env, topic, LOGS / "dagster-dev.log") as d:
+        wait_for("the backfill daemon heartbeats", lambda: bf.daemon_running(d.instance), 300, d, every=2)
         yield d
-    finally:
-        try:
-            left = _stop_group(proc)
-        finally:
-            instance.dispose()
-        assert not left, "processes of dagster-daemon's group survived:\n" + "\n".join(left)
 
 
-def matos(d: Daemon, *args, cwd=None) -> subprocess.CompletedProcess:
+def matos(d: Dev, *args, cwd=None) -> subprocess.CompletedProcess:
     return subprocess.run([*MATOS, *args], env=d.env, cwd=cwd or PROJECT_ROOT, capture_output=True, text=True,
                           timeout=1200)
 
 
-def backfills_of(d: Daemon, topic: str):
+def backfills_of(d: Dev, topic: str):
     return [b for b in d.instance.get_backfills() if b.tags.get(bf.TOPIC_TAG) == topic]
 
 
-def archived_exactly_once(d: Daemon, kafka, partitions: int) -> None:
+def archived_exactly_once(d: Dev, kafka, partitions: int) -> None:
     """Every record of the topic in exactly one range, the committed offsets at the log end."""
     swift = SwiftResource(auth_url=d.env["MATOS_SWIFT_AUTH_URL"], user="test:tester", key="testing",
                           container=d.container)
@@ -195,6 +152,64 @@ def test_the_ui_launch_of_the_backfill_job_archives_what_came_since(daemon, kafk
     assert ended
     assert d.instance.get_backfill(new.backfill_id).status.value == "COMPLETED_SUCCESS"
     archived_exactly_once(d, kafka, 2)
+
+
+# What the asset page sends (dagster-webserver's bundle): the partitions' statuses, from which
+# Materialize... -> "Missing" selects, and LaunchPartitionBackfill with the asset and those keys.
+PARTITION_STATUSES = """
+query AssetPartitionStatuses($key: AssetKeyInput!) {
+  assetNodeOrError(assetKey: $key) {
+    ... on AssetNode { assetPartitionStatuses { ... on DefaultPartitionStatuses {
+      materializedPartitions unmaterializedPartitions failedPartitions materializingPartitions } } }
+  }
+}"""
+LAUNCH_BACKFILL = """
+mutation LaunchPartitionBackfill($backfillParams: LaunchBackfillParams!) {
+  launchPartitionBackfill(backfillParams: $backfillParams) {
+    __typename
+    ... on LaunchBackfillSuccess { backfillId }
+    ... on PartitionKeysNotFoundError { message }
+    ... on UnauthorizedError { message }
+    ... on PythonError { message }
+  }
+}"""
+
+
+@pytest.mark.slow  # a backfill through the daemon: minutes on a loaded 2-core machine
+def test_the_uis_backfill_of_the_missing_ranges_archives_each_once_as_one_backfill(daemon, kafka):
+    """Issue 18.4's one click: Assets -> archive_<topic> -> Materialize... -> "Missing" -> Launch
+    backfill, as the webserver of `dagster dev` receives it, for the ranges `add-ranges` added."""
+    d = daemon
+    kafka.create_topic(d.topic, 2)  # False (and nothing done) after the tests above
+    produce(kafka, d.topic, [(b"k", f"u{i}".encode(), [], 0) for i in range(70)]
+            + [(b"k", f"t{i}".encode(), [], 1) for i in range(20)])
+    known = set(d.instance.get_dynamic_partitions(f"{d.asset}_ranges"))
+    added = matos(d, "add-ranges", d.topic)
+    assert added.returncode == 0, added.stdout[-3000:] + added.stderr[-3000:]
+    new_keys = sorted(set(d.instance.get_dynamic_partitions(f"{d.asset}_ranges")) - known)
+    assert len(new_keys) >= 3, new_keys  # 70 records in partition 0 (ranges of at most 50), 20 in 1
+
+    statuses = d.graphql(PARTITION_STATUSES, {"key": {"path": [d.asset]}})
+    statuses = statuses["assetNodeOrError"]["assetPartitionStatuses"]
+    missing = sorted(statuses["unmaterializedPartitions"] + statuses["failedPartitions"])
+    assert missing == new_keys, statuses  # what was archived before is materialised
+    before = {b.backfill_id for b in d.instance.get_backfills()}
+    params = {"tags": [], "assetSelection": [{"path": [d.asset]}], "partitionNames": missing, "fromFailure": False}
+    got = d.graphql(LAUNCH_BACKFILL, {"backfillParams": params})["launchPartitionBackfill"]
+    assert got["__typename"] == "LaunchBackfillSuccess", got
+    backfill_id = got["backfillId"]
+    assert {b.backfill_id for b in d.instance.get_backfills()} - before == {backfill_id}  # one backfill
+
+    with shows_log(d):
+        wait_for("the backfill ends", lambda: bf.backfill_status(d.instance, backfill_id)[1], 1200, d, every=2)
+    assert d.instance.get_backfill(backfill_id).status.value == "COMPLETED_SUCCESS"
+    runs = d.instance.get_runs(filters=RunsFilter(tags={bf.BACKFILL_TAG: backfill_id}))
+    # One run per range, each range once, every one succeeded.
+    assert sorted(r.tags["dagster/partition"] for r in runs) == missing
+    assert all(r.status == DagsterRunStatus.SUCCESS for r in runs), [(r.run_id, r.status) for r in runs]
+    archived_exactly_once(d, kafka, 2)
+    statuses = d.graphql(PARTITION_STATUSES, {"key": {"path": [d.asset]}})["assetNodeOrError"]
+    assert not statuses["assetPartitionStatuses"]["unmaterializedPartitions"], statuses  # nothing missing now
 
 
 def test_an_unknown_topic_or_waiting_without_a_daemon_is_refused_in_one_line_and_nothing_is_recorded(tmp_path):

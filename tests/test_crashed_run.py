@@ -12,7 +12,11 @@ a one-partition topic. Twice a sensor-launched archive run is killed in the midd
 Each time the range must be archived again (a later run of the same key succeeds, the group's
 committed offset reaches the log end) and the verifier must find nothing wrong. The seconds from
 the kill to the run failed and to the range archived are printed and written to
-test-output/test_crashed_run/crashed_run.json (the README's figures); they are not asserted.
+test-output/test_crashed_run/crashed_run-<storage>.json (the README's figures); they are not asserted.
+
+It runs on the local instance (sqlite) and on the production one (dagster.postgres.yaml, a
+PostgreSQL server of its own): the heartbeat is a run tag, the dead-run rule a sensor tick that
+reads run records and writes a RUN_FAILURE, all through the instance's storage.
 """
 
 from __future__ import annotations
@@ -21,54 +25,27 @@ import json
 import os
 import re
 import signal
-import subprocess
 import time
-import urllib.request
 import uuid
 
 import pytest
 from confluent_kafka.admin import NewTopic
-from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter
+from dagster import DagsterEventType, DagsterRunStatus, RunsFilter
 
 from helpers import produce
 from matos_dagster import layout
-from matos_dagster.devstack.process import free_port
 from matos_dagster.heartbeat import TAG as HEARTBEAT_TAG
 from matos_dagster.resources import SwiftResource
 from matos_dagster.settings import PROJECT_ROOT
 from matos_dagster.topics import TopicConfig
 from matos_dagster.verify import verify_topic
-from test_daemon import DAGSTER, Dev, _group_members, _stop_group, shows_log, wait_for
+from pg_server import new_database, running_postgres
+from test_daemon import Dev, _group_members, dev_project, shows_log, start_dev, stop_dev, wait_answers, wait_for
 
 LOGS = PROJECT_ROOT / "test-output" / "test_crashed_run"
 GROUP = "matos-archiver"
 RECORDS = 2000  # per range: one batch, a run of some seconds with a Spark driver of its own
 PARTITION_TAG = "dagster/partition"
-
-
-def _start_dev(tmp, home, env, topic: str, container: str, n: int) -> Dev:
-    # The instance first: its storage is created here, not by dagster dev's processes at the same
-    # moment (two processes creating one sqlite schema at once can leave two alembic heads).
-    instance = DagsterInstance.from_config(str(home))
-    port = free_port()
-    LOGS.mkdir(parents=True, exist_ok=True)
-    log = LOGS / f"dagster-dev-{n}.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen(
-            [DAGSTER, "dev", "-w", str(tmp / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(port)],
-            cwd=tmp, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-    return Dev(proc, f"http://127.0.0.1:{port}", home, log, topic, "archive_" + topic.replace("-", "_"),
-               container, instance)
-
-
-def _answers(dev: Dev) -> bool:
-    try:
-        with urllib.request.urlopen(f"{dev.url}/server_info", timeout=2) as r:
-            return r.status == 200
-    except OSError:
-        return False
 
 
 def _worker_pid(dev: Dev, run_id: str) -> int | None:
@@ -95,45 +72,45 @@ def _rearchived(dev: Dev, dead, kafka, topic: str, high: int):
     return again and kafka.committed(topic, [0], GROUP)[0] == high and again[0]
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def instance_env(request):
+    """Nothing on sqlite (dagster.yaml); on postgres the DAGSTER_PG_* of a server of its own."""
+    if request.param == "sqlite":
+        yield {}
+        return
+    with running_postgres() as server:  # stopped after the test's dagster dev (the test's finally)
+        yield server.instance_env(new_database(server, "crashed"))
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(3000)
 def test_a_killed_archive_run_is_failed_and_its_range_archived_again_within_minutes(
-        tmp_path_factory, kafka, kafka_server, swift_server):
-    tmp = tmp_path_factory.mktemp("crashed")
+        tmp_path_factory, kafka, kafka_server, swift_server, instance_env):
+    storage = "postgres" if instance_env else "sqlite"
+    tmp = tmp_path_factory.mktemp(f"crashed-{storage}")
     topic = f"crash-{uuid.uuid4().hex[:8]}"
     admin = kafka.admin()
     admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(30)
     del admin
-    (tmp / "topics.yaml").write_text(
-        f"topics:\n  - name: {topic}\n    group: {GROUP}\n    batch: {{records: {RECORDS}, age_s: 3600}}\n")
-    (tmp / "workspace.yaml").write_text(
-        "load_from:\n  - python_module:\n      module_name: matos_dagster.definitions\n"
-        "      location_name: matos_dagster\n")
-    home = tmp / "dagster_home"
-    home.mkdir()
-    (home / "dagster.yaml").write_text((PROJECT_ROOT / "dagster.yaml").read_text())
-    container = f"crash-{uuid.uuid4().hex[:8]}"
-    env = {
-        **os.environ,
-        "PYTHONUNBUFFERED": "1",
-        "DAGSTER_HOME": str(home),
-        "MATOS_TOPICS_FILE": str(tmp / "topics.yaml"),
-        "MATOS_SENSOR_INTERVAL_S": "10",
-        "MATOS_KAFKA_BOOTSTRAP_SERVERS": kafka_server.bootstrap_servers,
-        "MATOS_SWIFT_AUTH_URL": swift_server.auth_url,
-        "MATOS_SWIFT_CONTAINER": container,
-        "MATOS_SPARK_MASTER": "local[1]",
-        "MATOS_SPARK_CONF": "spark.ui.enabled=false;spark.sql.shuffle.partitions=1",
-    }
-    for name in ("MATOS_FAULT", "MATOS_HEARTBEAT_S", "MATOS_DEAD_RUN_AFTER_S"):  # the defaults are measured
+    env = dev_project(
+        tmp, f"topics:\n  - name: {topic}\n    group: {GROUP}\n    batch: {{records: {RECORDS}, age_s: 3600}}\n",
+        f"crash-{uuid.uuid4().hex[:8]}", instance_env,
+        MATOS_SENSOR_INTERVAL_S="10",
+        MATOS_KAFKA_BOOTSTRAP_SERVERS=kafka_server.bootstrap_servers,
+        MATOS_SWIFT_AUTH_URL=swift_server.auth_url,
+        MATOS_SPARK_MASTER="local[1]",
+        MATOS_SPARK_CONF="spark.ui.enabled=false;spark.sql.shuffle.partitions=1",
+    )
+    container = env["MATOS_SWIFT_CONTAINER"]
+    for name in ("MATOS_HEARTBEAT_S", "MATOS_DEAD_RUN_AFTER_S"):  # the defaults are measured
         env.pop(name, None)
-    figures: dict[str, object] = {"sensor_interval_s": 10, "heartbeat_s": 15, "dead_run_after_s": 90}
+    figures: dict[str, object] = {"storage": storage, "sensor_interval_s": 10, "heartbeat_s": 15,
+                                  "dead_run_after_s": 90}
     value = b"x" * 200
-    dev = _start_dev(tmp, home, env, topic, container, 1)
+    dev = start_dev(env, topic, LOGS / f"dagster-dev-{storage}-1.log", instance_env)
     try:
+        wait_answers(dev)
         with shows_log(dev):
-            wait_for("dagster dev answers /server_info", lambda: _answers(dev), 300, dev, every=1)
-
             # 1. The run worker alone killed: Dagster's code server sees its child end.
             produce(kafka, topic, ((b"k", value, []) for _ in range(RECORDS)))
             run = wait_for("a sensor-launched archive run inside its range", lambda: _archiving_run(dev, set()),
@@ -164,9 +141,9 @@ def test_a_killed_archive_run_is_failed_and_its_range_archived_again_within_minu
             time.sleep(0.5)
         assert not _group_members(dev.proc.pid), "processes of the killed dagster dev live on"
         dev.instance.dispose()
-        dev = _start_dev(tmp, home, env, topic, container, 2)
+        dev = start_dev(env, topic, LOGS / f"dagster-dev-{storage}-2.log", instance_env)
+        wait_answers(dev)
         with shows_log(dev):
-            wait_for("dagster dev answers again", lambda: _answers(dev), 300, dev, every=1)
             figures["restarted_after_s"] = round(time.monotonic() - killed, 1)
             wait_for("the dead run failed", lambda: dev.instance.get_run_by_id(run.run_id).status
                      == DagsterRunStatus.FAILURE, 900, dev, every=1)
@@ -184,14 +161,10 @@ def test_a_killed_archive_run_is_failed_and_its_range_archived_again_within_minu
             report = verify_topic(kafka, store, layout.join(store.params.prefix, cfg.prefix), cfg, sample=None)
         figures["verify_compared"] = report.compared
         LOGS.mkdir(parents=True, exist_ok=True)
-        (LOGS / "crashed_run.json").write_text(json.dumps(figures, indent=2))
+        (LOGS / f"crashed_run-{storage}.json").write_text(json.dumps(figures, indent=2))
         print("CRASHED RUN " + json.dumps(figures, indent=2))
         assert report.ok, report.render()
         assert report.compared == 2 * RECORDS, report.render()
         assert again.run_id != run.run_id
     finally:
-        try:
-            left = _stop_group(dev.proc)
-        finally:
-            dev.instance.dispose()
-        assert not left, "processes of dagster dev's group survived SIGTERM and SIGKILL:\n" + "\n".join(left)
+        stop_dev(dev)

@@ -56,7 +56,11 @@ ON_POSTGRES = {
     "test_the_daemon_archives_new_records_by_itself",
     "test_an_archive_run_is_followed_by_a_monitor_run",
     "test_an_operator_archiving_the_range_the_sensor_requested_leaves_one_run_writing_it",
+    "test_the_run_queue_starts_the_runs_of_one_range_one_after_the_other",
 }
+# In make test on PostgreSQL only, for the time budget (two runs one after the other through the
+# queue: 100 s on sqlite, 160 s on PostgreSQL at load 30); on sqlite in make test-all.
+SLOW_ON_SQLITE = {"test_the_run_queue_starts_the_runs_of_one_range_one_after_the_other"}
 
 
 def pytest_generate_tests(metafunc):
@@ -66,8 +70,11 @@ def pytest_generate_tests(metafunc):
     ones on another (test ids end in [sqlite] or [postgres]).
     """
     if "dev" in metafunc.fixturenames:
-        storages = ["sqlite", "postgres"] if metafunc.function.__name__ in ON_POSTGRES else ["sqlite"]
-        metafunc.parametrize("dev", storages, indirect=True, scope="module")
+        name = metafunc.function.__name__
+        storages = ["sqlite", "postgres"] if name in ON_POSTGRES else ["sqlite"]
+        marks = {"sqlite": [pytest.mark.slow]} if name in SLOW_ON_SQLITE else {}
+        metafunc.parametrize("dev", [pytest.param(s, marks=marks.get(s, ())) for s in storages], indirect=True,
+                             scope="module")
 
 
 @dataclass
@@ -82,6 +89,7 @@ class Dev:
     instance: DagsterInstance
     storage: str = "sqlite"
     instance_env: dict[str, str] = field(default_factory=dict)  # DAGSTER_PG_* on postgres: for a CLI
+    env: dict[str, str] = field(default_factory=dict)  # dagster dev's: a CLI's on the same instance and stack
 
     @property
     def lag_sensor(self) -> str:
@@ -106,8 +114,10 @@ class Dev:
             return []
         return self.instance.get_ticks(states[0].instigator_origin_id, states[0].selector_id, after=after)
 
-    def graphql(self, query: str) -> dict:
-        req = urllib.request.Request(f"{self.url}/graphql", data=json.dumps({"query": query}).encode(),
+    def graphql(self, query: str, variables: dict | None = None) -> dict:
+        """What the UI sends: a query or mutation to the webserver's GraphQL endpoint."""
+        body = {"query": query, "variables": variables or {}}
+        req = urllib.request.Request(f"{self.url}/graphql", data=json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=30) as r:
             doc = json.loads(r.read())
@@ -172,86 +182,110 @@ def _stop_group(proc: subprocess.Popen, term_timeout: float = 60) -> list[str]:
     return _group_members(pgid)
 
 
-@pytest.fixture(scope="module")
-def dev(request, tmp_path_factory, kafka, kafka_server, swift_server, connect_server):
-    with contextlib.ExitStack() as stack:
-        if request.param == "postgres":
-            server = stack.enter_context(running_postgres())  # stopped after dagster dev
-            yield from _dagster_dev(tmp_path_factory, kafka, kafka_server, swift_server, connect_server,
-                                    PRODUCTION_INSTANCE, server.instance_env(new_database(server, "daemon")),
-                                    "postgres")
-        else:
-            yield from _dagster_dev(tmp_path_factory, kafka, kafka_server, swift_server, connect_server,
-                                    PROJECT_ROOT / "dagster.yaml", {}, "sqlite")
+WORKSPACE = ("load_from:\n  - python_module:\n      module_name: matos_dagster.definitions\n"
+             "      location_name: matos_dagster\n")
 
 
-def _dagster_dev(tmp_path_factory, kafka, kafka_server, swift_server, connect_server, instance_yaml: Path,
-                 instance_env: dict[str, str], storage: str):
-    tmp = tmp_path_factory.mktemp(f"daemon-{storage}")
-    topic = f"daemon-{uuid.uuid4().hex[:8]}"
-    admin = kafka.admin()  # must outlive the future, or the request is cancelled
-    futures = admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])
-    futures[topic].result(timeout=30)
-    del admin
+def dev_project(tmp: Path, topics_yaml: str, container: str, instance_env: dict[str, str] | None = None,
+                **settings: str) -> dict[str, str]:
+    """A folder for `dagster dev` (topics file, workspace, DAGSTER_HOME) and the environment to run it in.
 
-    (tmp / "topics.yaml").write_text(
-        f"topics:\n  - name: {topic}\n    group: {GROUP}\n    batch: {{records: 50, age_s: 5}}\n"
-    )
-    (tmp / "workspace.yaml").write_text(
-        "load_from:\n  - python_module:\n      module_name: matos_dagster.definitions\n"
-        "      location_name: matos_dagster\n"
-    )
+    The instance file is dagster.postgres.yaml when `instance_env` names a PostgreSQL database
+    (DAGSTER_PG_*), else the project's dagster.yaml (sqlite). `settings`: more MATOS_* variables.
+    """
+    instance_env = instance_env or {}
+    (tmp / "topics.yaml").write_text(topics_yaml)
+    (tmp / "workspace.yaml").write_text(WORKSPACE)
     home = tmp / "dagster_home"
     home.mkdir()
+    instance_yaml = PRODUCTION_INSTANCE if instance_env else PROJECT_ROOT / "dagster.yaml"
     (home / "dagster.yaml").write_text(instance_yaml.read_text())
-    container = f"daemon-{uuid.uuid4().hex[:8]}"
-    env = {
-        **os.environ,
-        "PYTHONUNBUFFERED": "1",
-        "DAGSTER_HOME": str(home),
-        "MATOS_TOPICS_FILE": str(tmp / "topics.yaml"),
-        "MATOS_SENSOR_INTERVAL_S": str(INTERVAL_S),
-        "MATOS_KAFKA_BOOTSTRAP_SERVERS": kafka_server.bootstrap_servers,
-        "MATOS_SWIFT_AUTH_URL": swift_server.auth_url,
-        "MATOS_SWIFT_CONTAINER": container,
-        "MATOS_SPARK_MASTER": connect_server.url,  # as `make run`: runs are clients of one Spark
-        **instance_env,  # DAGSTER_PG_*: where dagster.postgres.yaml's storage is
-    }
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "DAGSTER_HOME": str(home),
+           "MATOS_TOPICS_FILE": str(tmp / "topics.yaml"), "MATOS_SWIFT_CONTAINER": container,
+           **instance_env, **settings}
+    env.pop("MATOS_FAULT", None)  # a fault left in the caller's environment would fire in every run
+    return env
+
+
+def start_dev(env: dict[str, str], topic: str, log: Path, instance_env: dict[str, str] | None = None) -> Dev:
+    """`dagster dev` on a free port in the folder `dev_project` made; returns at once (see `wait_answers`)."""
+    instance_env = instance_env or {}
+    home = Path(env["DAGSTER_HOME"])
     # Create the instance's storage before dagster dev starts: its processes and ours must not
-    # race to create the same schemas.
+    # race to create the same schemas (two processes creating one sqlite schema at once can
+    # leave two alembic heads).
     with environment(instance_env):
         instance = DagsterInstance.from_config(str(home))
     port = free_port()
-    LOGS.mkdir(parents=True, exist_ok=True)
-    log = LOGS / ("dagster-dev.log" if storage == "sqlite" else f"dagster-dev-{storage}.log")
+    log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as out:
         # Its own session: the whole tree (webserver, daemon, code servers, run workers, JVMs)
         # is one process group we can signal, and no signal for pytest reaches it by accident.
         proc = subprocess.Popen(
-            [DAGSTER, "dev", "-w", str(tmp / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(port)],
-            cwd=tmp, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            [DAGSTER, "dev", "-w", str(home.parent / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(port)],
+            cwd=home.parent, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
-    d = Dev(proc, f"http://127.0.0.1:{port}", home, log, topic, "archive_" + topic.replace("-", "_"),
-            container, instance, storage, instance_env)
-    try:
-        def answers():
-            try:
-                with urllib.request.urlopen(f"{d.url}/server_info", timeout=2) as r:
-                    return r.status == 200
-            except OSError:
-                return False
+    return Dev(proc, f"http://127.0.0.1:{port}", home, log, topic, "archive_" + topic.replace("-", "_"),
+               env["MATOS_SWIFT_CONTAINER"], instance, "postgres" if instance_env else "sqlite", instance_env, env)
 
-        with shows_log(d):
-            wait_for("dagster dev answers /server_info", answers, 120, d, every=1)
-        yield d
-    finally:
-        # dagster dev first: its processes still use the instance's storage while they run.
+
+def wait_answers(dev: Dev, timeout: float = 300) -> None:
+    def answers():
         try:
-            left = _stop_group(proc)
-        finally:
-            instance.dispose()
-        assert not left, "processes of dagster dev's group survived SIGTERM and SIGKILL:\n" + "\n".join(left)
+            with urllib.request.urlopen(f"{dev.url}/server_info", timeout=2) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    with shows_log(dev):
+        wait_for("dagster dev answers /server_info", answers, timeout, dev, every=1)
+
+
+def stop_dev(dev: Dev) -> None:
+    """Stop dagster dev's whole group, then dispose of our instance; fail if a process survived."""
+    try:
+        left = _stop_group(dev.proc)  # dagster dev first: its processes use the instance's storage
+    finally:
+        dev.instance.dispose()
+    assert not left, "processes of dagster dev's group survived SIGTERM and SIGKILL:\n" + "\n".join(left)
+
+
+@contextlib.contextmanager
+def running_dev(env: dict[str, str], topic: str, log: Path, instance_env: dict[str, str] | None = None):
+    """`dagster dev` answering, for the block; stopped (every process of it) whatever happens."""
+    dev = start_dev(env, topic, log, instance_env)
+    try:
+        wait_answers(dev)
+        yield dev
+    finally:
+        stop_dev(dev)
+
+
+@pytest.fixture(scope="module")
+def dev(request, tmp_path_factory, kafka, kafka_server, swift_server, connect_server):
+    storage = request.param
+    with contextlib.ExitStack() as stack:
+        instance_env = {}
+        if storage == "postgres":
+            server = stack.enter_context(running_postgres())  # stopped after dagster dev
+            instance_env = server.instance_env(new_database(server, "daemon"))
+        tmp = tmp_path_factory.mktemp(f"daemon-{storage}")
+        topic = f"daemon-{uuid.uuid4().hex[:8]}"
+        admin = kafka.admin()  # must outlive the future, or the request is cancelled
+        futures = admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])
+        futures[topic].result(timeout=30)
+        del admin
+        env = dev_project(
+            tmp, f"topics:\n  - name: {topic}\n    group: {GROUP}\n    batch: {{records: 50, age_s: 5}}\n",
+            f"daemon-{uuid.uuid4().hex[:8]}", instance_env,
+            MATOS_SENSOR_INTERVAL_S=str(INTERVAL_S),
+            MATOS_KAFKA_BOOTSTRAP_SERVERS=kafka_server.bootstrap_servers,
+            MATOS_SWIFT_AUTH_URL=swift_server.auth_url,
+            MATOS_SPARK_MASTER=connect_server.url,  # as `make run`: runs are clients of one Spark
+        )
+        log = LOGS / ("dagster-dev.log" if storage == "sqlite" else f"dagster-dev-{storage}.log")
+        yield stack.enter_context(running_dev(env, topic, log, instance_env))
 
 
 def test_the_daemon_archives_new_records_by_itself(dev, kafka, swift_server):
@@ -505,3 +539,57 @@ def test_an_operator_archiving_the_range_the_sensor_requested_leaves_one_run_wri
         cfg = TopicConfig(name=dev.topic, group=GROUP)
         report = verify_topic(kafka, store, join(store.params.prefix, cfg.prefix), cfg, sample=None)
         assert report.ok, report.render()
+
+
+# -- the run queue's limit per partition key (dagster.yaml's tag_concurrency_limits) -----------
+
+# The UI's mutation for "Materialize" of one partition of an asset (LaunchPipelineExecution in
+# dagster-webserver's bundle; the implicit asset job, the partition as a run tag).
+LAUNCH_RUN = """
+mutation LaunchPipelineExecution($executionParams: ExecutionParams!) {
+  launchPipelineExecution(executionParams: $executionParams) {
+    __typename
+    ... on LaunchRunSuccess { run { runId } }
+    ... on PythonError { message }
+    ... on RunConfigValidationInvalid { errors { message } }
+    ... on InvalidSubsetError { message }
+    ... on PipelineNotFoundError { message }
+    ... on UnauthorizedError { message }
+  }
+}"""
+
+
+def launch_from_ui(dev: Dev, key: str) -> str:
+    """One run of the archive asset for partition `key`, launched as the UI's Materialize does; its id."""
+    params = {"mode": "default", "runConfigData": {},
+              "selector": {"repositoryLocationName": "matos_dagster", "repositoryName": "__repository__",
+                           "pipelineName": "__ASSET_JOB", "assetSelection": [{"path": [dev.asset]}],
+                           "assetCheckSelection": []},
+              "executionMetadata": {"tags": [{"key": "dagster/partition", "value": key}]}}
+    got = dev.graphql(LAUNCH_RUN, {"executionParams": params})["launchPipelineExecution"]
+    assert got["__typename"] == "LaunchRunSuccess", got
+    return got["run"]["runId"]
+
+
+def test_the_run_queue_starts_the_runs_of_one_range_one_after_the_other(dev):
+    """Two runs of one range launched at once from the UI: the queue (limit 1 per `dagster/partition`
+    value) starts the second only after the first has ended. Without that limit both would start at
+    once (two run slots) and only the archive's own turn-taking would keep them apart."""
+    ranges = sorted(dev.instance.get_dynamic_partitions(f"{dev.asset}_ranges"))
+    assert ranges, "test A archives first: run the module, not this test alone"
+    key = ranges[0]  # archived already: each run only verifies it
+    run_ids = [launch_from_ui(dev, key), launch_from_ui(dev, key)]
+    with shows_log(dev):
+        records = wait_for("both runs end", lambda: (rs := dev.instance.get_run_records(
+            filters=RunsFilter(run_ids=run_ids))) and len(rs) == 2
+            and all(r.dagster_run.status in _TERMINAL for r in rs) and rs, 600, dev)
+    assert all(r.dagster_run.status == DagsterRunStatus.SUCCESS for r in records), \
+        [(r.dagster_run.run_id, r.dagster_run.status) for r in records]
+    first, second = sorted(records, key=lambda r: r.start_time)
+    assert second.start_time >= first.end_time, (
+        f"run {second.dagster_run.run_id} started at {second.start_time}, before run "
+        f"{first.dagster_run.run_id} of the same range ended at {first.end_time}")
+    for r in records:
+        meta = _materialization(dev, r.dagster_run.run_id).dagster_event.event_specific_data.materialization.metadata
+        assert meta["already_archived"].value is True and meta["records_written"].value == 0, meta
+    print(f"[{dev.storage}] second run of {key} started {second.start_time - first.end_time:.1f}s after the first ended")

@@ -18,25 +18,22 @@ import contextlib
 import json
 import os
 import signal
-import subprocess
 import threading
 import time
-import urllib.request
 import uuid
 from collections import Counter
 
 import pytest
 from confluent_kafka.admin import NewTopic
-from dagster import DagsterInstance, DagsterRunStatus
+from dagster import DagsterRunStatus
 
 from helpers import manifests, read_archive
 from matos_dagster import layout
-from matos_dagster.devstack.process import free_port
 from matos_dagster.resources import SwiftResource
 from matos_dagster.settings import PROJECT_ROOT
 from matos_dagster.topics import TopicConfig
 from matos_dagster.verify import verify_topic
-from test_daemon import DAGSTER, Dev, _stop_group, shows_log, wait_for
+from test_daemon import Dev, dev_project, shows_log, start_dev, stop_dev, wait_answers
 from test_faults import busiest_python_worker, kafka_answers, stop_swift_proxy
 
 SOAK_S = float(os.environ.get("MATOS_SOAK_S", "1200"))
@@ -109,40 +106,16 @@ class Producer(threading.Thread):
 
 
 def _start_dev(tmp, kafka_server, swift_server, topic: str) -> Dev:
-    (tmp / "topics.yaml").write_text(
-        f"topics:\n  - name: {topic}\n    group: {GROUP}\n    batch: {{records: 500, age_s: 10}}\n")
-    (tmp / "workspace.yaml").write_text(
-        "load_from:\n  - python_module:\n      module_name: matos_dagster.definitions\n"
-        "      location_name: matos_dagster\n")
-    home = tmp / "dagster_home"
-    home.mkdir()
-    (home / "dagster.yaml").write_text((PROJECT_ROOT / "dagster.yaml").read_text())
-    container = f"soak-{uuid.uuid4().hex[:8]}"
-    env = {
-        **os.environ,
-        "PYTHONUNBUFFERED": "1",
-        "DAGSTER_HOME": str(home),
-        "MATOS_TOPICS_FILE": str(tmp / "topics.yaml"),
-        "MATOS_SENSOR_INTERVAL_S": "10",
-        "MATOS_KAFKA_BOOTSTRAP_SERVERS": kafka_server.bootstrap_servers,
-        "MATOS_SWIFT_AUTH_URL": swift_server.auth_url,
-        "MATOS_SWIFT_CONTAINER": container,
-        "MATOS_SPARK_MASTER": "local[1]",
-        "MATOS_SPARK_CONF": "spark.ui.enabled=false;spark.sql.shuffle.partitions=1",
-    }
-    env.pop("MATOS_FAULT", None)
-    instance = DagsterInstance.from_config(str(home))
-    port = free_port()
-    LOGS.mkdir(parents=True, exist_ok=True)
-    log = LOGS / "dagster-dev.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen(
-            [DAGSTER, "dev", "-w", str(tmp / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(port)],
-            cwd=tmp, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-    return Dev(proc, f"http://127.0.0.1:{port}", home, log, topic, "archive_" + topic.replace("-", "_"),
-               container, instance)
+    env = dev_project(
+        tmp, f"topics:\n  - name: {topic}\n    group: {GROUP}\n    batch: {{records: 500, age_s: 10}}\n",
+        f"soak-{uuid.uuid4().hex[:8]}",
+        MATOS_SENSOR_INTERVAL_S="10",
+        MATOS_KAFKA_BOOTSTRAP_SERVERS=kafka_server.bootstrap_servers,
+        MATOS_SWIFT_AUTH_URL=swift_server.auth_url,
+        MATOS_SPARK_MASTER="local[1]",
+        MATOS_SPARK_CONF="spark.ui.enabled=false;spark.sql.shuffle.partitions=1",
+    )
+    return start_dev(env, topic, LOGS / "dagster-dev.log")
 
 
 @pytest.mark.slow
@@ -161,15 +134,7 @@ def test_soak_under_faults(tmp_path_factory, kafka, kafka_server, swift_server, 
     fault_stop = threading.Event()
     faulter: threading.Thread | None = None
     try:
-        def answers():
-            try:
-                with urllib.request.urlopen(f"{dev.url}/server_info", timeout=2) as r:
-                    return r.status == 200
-            except OSError:
-                return False
-
-        with shows_log(dev):
-            wait_for("dagster dev answers /server_info", answers, 120, dev, every=1)
+        wait_answers(dev)
 
         def inject(kind: str) -> dict:
             t0 = time.monotonic()
@@ -343,9 +308,6 @@ def test_soak_under_faults(tmp_path_factory, kafka, kafka_server, swift_server, 
         producer.stop.set()
         if faulter is not None:
             faulter.join(300)
-        try:
-            left = _stop_group(dev.proc)  # dagster dev before the instance it uses
-        finally:
-            dev.instance.dispose()
-        assert faulter is None or not faulter.is_alive(), "the fault thread did not stop"
-        assert not left, "processes of dagster dev's group survived SIGTERM and SIGKILL:\n" + "\n".join(left)
+        fault_alive = faulter is not None and faulter.is_alive()
+        stop_dev(dev)  # dagster dev before the instance it uses
+        assert not fault_alive, "the fault thread did not stop"
