@@ -67,3 +67,13 @@ def test_ratios_are_per_round_to_n_zero_with_median_and_spread():
     assert out["ratios"]["10"]["monitor_first_s"]["values"] == [3.0]  # round 1 only
     assert out["summary"]["10"]["monitor_s"]["median"] == 1.5
     assert "sensor_tick_s" not in out["ratios"]["10"]  # not measured: no ratio invented
+
+
+def test_the_ratio_of_minima_is_what_the_code_costs_apart_from_the_machines_load():
+    base = [{"sensor_tick_s": 0.10}, {"sensor_tick_s": 0.30}, {"sensor_tick_s": 0.12}]
+    big = [{"sensor_tick_s": 0.25}, {"sensor_tick_s": 0.11}, {"sensor_tick_s": 0.13}]  # one loaded round
+    out = history.summarise([{"n": 0, "rounds": base}, {"n": 10, "rounds": big}])
+    assert round(out["min_ratios"]["10"]["sensor_tick_s"], 2) == 1.1
+    md = history.markdown({**out, "by_n": [{"n": 0, "rounds": base}, {"n": 10, "rounds": big}], "repeats": 3,
+                           "keep_real": 2000, "loadavg_start": (0.3, 0.6, 1.2), "loadavg_end": (1.2, 0.9, 1.3)})
+    assert "| ratio of minima 10 / 0 |" in md and "1.10×" in md

@@ -208,5 +208,5 @@ def test_a_mark_that_no_longer_holds_is_not_trusted_the_fresh_instance_reads_who
         kafka.commit(name, {0: 40}, topic.group)
     with instance_for_test() as new_home:
         e = Monitor(topic, kafka, swift, spark_resource, new_home).evaluate()
+    assert not e.passed and table(e)[0]["gaps"] == "[29, 30)" and table(e)[0]["archived_hwm"] == 29, e.description
     assert e.metadata["started_from"].value == {"0": "whole: the mark no longer holds"}
-    assert not e.passed and table(e)[0]["gaps"] == "[29, 30)" and table(e)[0]["archived_hwm"] == 29
