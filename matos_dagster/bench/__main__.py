@@ -58,6 +58,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--kept-keys", action="store_true",
                    help="--history with only the newest MATOS_KEEP_KEYS Dagster keys per N, as the retention "
                         "job leaves them (default: a key per range)")
+    p.add_argument("--peer", action="store_true",
+                   help="only the peer comparison (bench/peer.py): the archive and Apache Iceberg's Kafka Connect "
+                        "sink on W1 and W2, the sink's latency at two commit intervals (--no-latency to skip)")
+    p.add_argument("--no-latency", action="store_true", help="--peer without the sink's latency runs")
+    p.add_argument("--peer-faults", action="store_true",
+                   help="--peer: also the sink under faults (worker SIGKILLed 3 times, broker stopped once)")
     return p.parse_args(argv)
 
 
@@ -65,6 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.history:
         return history_main(args)
+    if args.peer:
+        from matos_dagster.bench.peer import peer_main
+
+        return peer_main(args, say)
     setting = "quick" if args.quick else "full"
     sizes = SETTINGS[setting]
     out = Path(args.out).resolve()

@@ -1,0 +1,464 @@
+"""The peer path of `make bench BENCH_ARGS=--peer`: the Iceberg Kafka Connect sink on the bench's stack.
+
+One run = a fresh Connect worker (by PID) and a fresh table, the sink over the topic's offset
+ranges, timed from the connector's creation until the table's snapshot holds every record;
+CPU-seconds of the worker JVM, the broker and Swift over that time; peak RSS of the worker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+import uuid
+from pathlib import Path
+
+from matos_dagster.bench import iceberg_connect as ic
+from matos_dagster.bench.memory import PeakSampler
+from matos_dagster.bench.paths import cpu_sample, cpu_used
+from matos_dagster.bench.stack import cache_dir
+
+
+class PeerFailed(RuntimeError):
+    pass
+
+
+def catalog_for(stack, folder: Path) -> ic.Catalog:
+    """A sqlite catalog in `folder` and a fresh bucket (Swift container) for its warehouse."""
+    bucket = f"peer-{uuid.uuid4().hex[:8]}"
+    conn = stack.swift_server.connection()
+    try:
+        conn.put_container(bucket)
+    finally:
+        conn.close()
+    folder.mkdir(parents=True, exist_ok=True)
+    return ic.Catalog(folder / "catalog.db", bucket, stack.swift_server.url, stack.swift_server.user,
+                      stack.swift_server.key)
+
+
+def create_control_topic(stack, name: str) -> None:
+    # The sink's coordinator and workers talk over it (transactional producers); one partition
+    # is what the sink's docs create.
+    stack.create_topic(name, 1)
+
+
+def wait_committed(worker: ic.ConnectWorker, connector: str, catalog, table: str, records: int,
+                   timeout: float, on_count=None) -> float:
+    """Poll the table until its snapshot holds `records`; the monotonic time it did."""
+    deadline = time.monotonic() + timeout
+    seen = -1
+    while time.monotonic() < deadline:
+        n = ic.committed_records(catalog, table)
+        now = time.monotonic()
+        if n != seen and on_count is not None:
+            on_count(now, n)
+        seen = n
+        if n >= records:
+            return now
+        failed = worker.failed_tasks(connector) if worker.pid else []
+        if failed:
+            raise PeerFailed(f"the Iceberg sink failed: {failed[0][:3000]}")
+        if worker.pid is None:
+            raise PeerFailed(f"the Connect worker died; see {worker.log_file}:\n{worker.log_tail()}")
+        time.sleep(0.5)
+    raise PeerFailed(f"the table {table} holds {seen:,} of {records:,} records after {timeout:.0f}s; "
+                     f"see {worker.log_file}")
+
+
+def steady_rate(counts: list[tuple[float, int]], records: int) -> float | None:
+    """Records/s between the first commit that holds records and the one that holds them all:
+    the sink's rate without its task start and first commit wait (None if one commit held all)."""
+    nonzero = [(t, n) for t, n in counts if n > 0]
+    if len(nonzero) < 2 or nonzero[0][1] >= records:
+        return None
+    (t_a, n_a), (t_b, n_b) = nonzero[0], nonzero[-1]
+    return (n_b - n_a) / (t_b - t_a) if t_b > t_a else None
+
+
+def throughput(stack, topic: str, records: int, cores: int, folder: Path, servers: dict,
+               commit_interval_ms: int, timeout: float = 3600, say=print) -> dict:
+    """One timed run of the sink over all of `topic`; records/s, CPU, peak RSS, files."""
+    inst = ic.install(cache_dir(), say=say)
+    run = folder / f"peer-{uuid.uuid4().hex[:6]}"
+    catalog = catalog_for(stack, run)
+    control = f"peer-control-{uuid.uuid4().hex[:6]}"
+    create_control_topic(stack, control)
+    table = f"bench.{topic.replace('-', '_')}"
+    connector = f"iceberg-{uuid.uuid4().hex[:6]}"
+    worker = ic.ConnectWorker(run / "connect", inst, stack.bootstrap)
+    cat = catalog.pyiceberg()
+    ic.create_table(cat, table)
+    try:
+        startup = worker.start()
+        pid = worker.pid
+        groups = {"client": [pid], **servers}
+        with PeakSampler(pid) as mem:
+            cpu0 = cpu_sample(groups)
+            t0 = time.monotonic()
+            worker.put_connector(connector, ic.sink_config([topic], table, catalog, control, cores,
+                                                           commit_interval_ms))
+            counts: list[tuple[float, int]] = []
+            t1 = wait_committed(worker, connector, cat, table, records, timeout,
+                                on_count=lambda t, n: counts.append((t, n)))
+            cpu = cpu_used(cpu0, cpu_sample(groups))
+        files = ic.table_files(cat, table)
+        got = ic.committed_records(cat, table)
+        return {"records": got, "seconds": t1 - t0, "steady": steady_rate(counts, records), "startup_s": startup, "seconds_with_startup": t1 - t0 + startup,
+                "cpu": cpu, "memory": {"total": mem.peaks["total"]}, "files": files,
+                "commit_interval_ms": commit_interval_ms, "log": str(worker.log_file)}
+    finally:
+        with contextlib.suppress(Exception):
+            worker.stop()
+
+
+
+# ---------------------------------------------------------------------------------- latency
+
+
+def _peer(stack, folder: Path, topic: str, partitions: int, commit_interval_ms: int, tasks: int, say):
+    """A fresh topic, table, control topic and worker with the connector on them (not yet started)."""
+    inst = ic.install(cache_dir(), say=say)
+    run = folder / f"peer-{uuid.uuid4().hex[:6]}"
+    catalog = catalog_for(stack, run)
+    control = f"peer-control-{uuid.uuid4().hex[:6]}"
+    create_control_topic(stack, control)
+    stack.create_topic(topic, partitions)
+    table = f"bench.{topic.replace('-', '_')}"
+    cat = catalog.pyiceberg()
+    ic.create_table(cat, table)
+    worker = ic.ConnectWorker(run / "connect", inst, stack.bootstrap)
+    config = ic.sink_config([topic], table, catalog, control, tasks, commit_interval_ms)
+    return worker, cat, table, config
+
+
+def commit_times(cat, table: str) -> dict[tuple[int, int], float]:
+    """(partition, offset) -> wall time of the first snapshot that holds it (snapshot timestamps)."""
+    t = cat.load_table(table)
+    first: dict[tuple[int, int], float] = {}
+    for snap in sorted(t.snapshots(), key=lambda s: s.sequence_number or 0):
+        rows = t.scan(snapshot_id=snap.snapshot_id, selected_fields=("kafka_partition", "kafka_offset")).to_arrow()
+        at = snap.timestamp_ms / 1000
+        for p, o in zip(rows.column("kafka_partition").to_pylist(), rows.column("kafka_offset").to_pylist()):
+            first.setdefault((p, o), at)
+    return first
+
+
+def latency(stack, folder: Path, rate: float, seconds: float, commit_interval_ms: int, cores: int,
+            value_bytes: int = 1024, partitions: int = 4, say=print) -> dict:
+    """Records produced at `rate` for `seconds`; each one's time from produced to committed in the table."""
+    import os as _os
+
+    topic = f"peer-latency-{uuid.uuid4().hex[:6]}"
+    worker, cat, table, config = _peer(stack, folder, topic, partitions, commit_interval_ms, cores, say)
+    produced: dict[tuple[int, int], float] = {}
+    try:
+        worker.start()
+        connector = f"iceberg-{uuid.uuid4().hex[:6]}"
+        worker.put_connector(connector, config)
+        producer = stack.kafka().producer(**{"linger.ms": 5})
+        block = _os.urandom(value_bytes + 256)
+        t0 = time.monotonic()
+        i = 0
+        while time.monotonic() - t0 < seconds:
+            while i < int((time.monotonic() - t0) * rate):
+                sent = time.time()
+                producer.produce(topic, key=f"k{i:015d}".encode(), value=block[i % 256: i % 256 + value_bytes],
+                                 headers=[("source", b"bench")], partition=i % partitions,
+                                 on_delivery=lambda err, msg, sent=sent: err is None and produced.__setitem__(
+                                     (msg.partition(), msg.offset()), sent))
+                i += 1
+            producer.poll(0)
+            time.sleep(0.01)
+        if producer.flush(60):
+            raise PeerFailed("records left unsent")
+        wait_committed(worker, connector, cat, table, len(produced), 3 * commit_interval_ms / 1000 + 600)
+        first = commit_times(cat, table)
+    finally:
+        with contextlib.suppress(Exception):
+            worker.stop()
+    lat = sorted(first[k] - t for k, t in produced.items() if k in first)
+    return {"records": len(produced), "committed": len(lat), "rate_per_s": rate, "seconds": seconds,
+            "commit_interval_ms": commit_interval_ms, "snapshots": len(cat.load_table(table).snapshots()),
+            "median_s": statistics.median(lat) if lat else None,
+            "p95_s": lat[min(len(lat) - 1, round(0.95 * (len(lat) - 1)))] if lat else None,
+            "max_s": lat[-1] if lat else None, "log": str(worker.log_file)}
+
+
+# ----------------------------------------------------------------------------------- faults
+
+
+def compare(source: dict[tuple[int, int], bytes], written: list[tuple[int, int, bytes]], examples: int = 5) -> dict:
+    """Every source record against the rows written: lost, duplicated (extra copies), mismatched.
+
+    `source`: (partition, offset) -> value as Kafka holds it; `written`: (partition, offset, value)
+    per row of the table. A row whose (partition, offset) is not in the source counts as mismatched.
+    """
+    seen: dict[tuple[int, int], int] = {}
+    mismatched, dup_examples, bad_examples = 0, [], []
+    for p, o, v in written:
+        k = (p, o)
+        seen[k] = seen.get(k, 0) + 1
+        if seen[k] == 2 and len(dup_examples) < examples:
+            dup_examples.append({"partition": p, "offset": o})
+        if source.get(k) != v:
+            mismatched += 1
+            if len(bad_examples) < examples:
+                bad_examples.append({"partition": p, "offset": o, "in_source": k in source})
+    lost = [k for k in source if k not in seen]
+    return {
+        "source": len(source), "rows": len(written), "lost": len(lost),
+        "duplicated": sum(n - 1 for n in seen.values() if n > 1), "mismatched": mismatched,
+        "lost_examples": [{"partition": p, "offset": o} for p, o in sorted(lost)[:examples]],
+        "duplicated_examples": dup_examples, "mismatched_examples": bad_examples,
+    }
+
+
+def read_source(stack, topic: str) -> dict[tuple[int, int], bytes]:
+    """Every record of `topic` as the broker holds it now: (partition, offset) -> value."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    out: dict[tuple[int, int], bytes] = {}
+    for r in stack.ranges(topic):
+        c = Consumer({"bootstrap.servers": stack.bootstrap, "group.id": f"peer-read-{uuid.uuid4().hex[:6]}",
+                      "enable.auto.commit": False, "isolation.level": "read_committed"})
+        try:
+            c.assign([TopicPartition(topic, r.partition, r.start)])
+            while True:
+                msgs = c.consume(5000, 5.0)
+                for m in msgs:
+                    if m.error() is None:
+                        out[(m.partition(), m.offset())] = m.value()
+                if c.position([TopicPartition(topic, r.partition)])[0].offset >= r.end:
+                    break
+        finally:
+            c.close()
+    return out
+
+
+def table_rows(cat, table: str) -> list[tuple[int, int, bytes]]:
+    t = cat.load_table(table).scan(selected_fields=("kafka_partition", "kafka_offset", "value")).to_arrow()
+    return list(zip(t.column("kafka_partition").to_pylist(), t.column("kafka_offset").to_pylist(),
+                    t.column("value").to_pylist()))
+
+
+def faults(stack, folder: Path, records: int, rate: float, cores: int, commit_interval_ms: int = 30_000,
+           kills: int = 3, value_bytes: int = 100, partitions: int = 4, say=print) -> dict:
+    """The sink under the fault schedule: its worker SIGKILLed `kills` times mid-stream (and started
+    again), the broker stopped once (and started again); then every record compared."""
+    import os as _os
+    import threading
+
+    topic = f"peer-faults-{uuid.uuid4().hex[:6]}"
+    worker, cat, table, config = _peer(stack, folder, topic, partitions, commit_interval_ms, cores, say)
+    connector = f"iceberg-{uuid.uuid4().hex[:6]}"
+    events: list[dict] = []
+    stop = threading.Event()
+    seconds = records / rate
+
+    def produce() -> None:
+        producer = stack.kafka().producer(**{"linger.ms": 5})
+        pool = _os.urandom(value_bytes + 4096)
+        t0 = time.monotonic()
+        i = 0
+        while i < records and not stop.is_set():
+            while i < min(records, int((time.monotonic() - t0) * rate)):
+                try:
+                    producer.produce(topic, value=pool[i % 4096: i % 4096 + value_bytes], partition=i % partitions)
+                    i += 1
+                except BufferError:
+                    producer.poll(0.1)
+            producer.poll(0)
+            time.sleep(0.01)
+        while producer.flush(10):
+            pass  # the broker may be down for a while: the producer retries
+
+    try:
+        worker.start()
+        worker.put_connector(connector, config)
+        thread = threading.Thread(target=produce, daemon=True)
+        started = time.monotonic()
+        thread.start()
+        # Faults spread over the stream: kill, kill, broker, kill.
+        schedule = ["kill"] * kills
+        schedule.insert(min(2, len(schedule)), "broker")
+        for n, kind in enumerate(schedule):
+            at = started + seconds * (n + 1) / (len(schedule) + 1)
+            time.sleep(max(0.0, at - time.monotonic()))
+            t = round(time.monotonic() - started, 1)
+            if kind == "kill":
+                worker.kill()
+                events.append({"fault": "Connect worker SIGKILL", "at_s": t,
+                               "committed_before": ic.committed_records(cat, table)})
+                worker.start()
+                worker.put_connector(connector, config)  # standalone keeps no connector config
+            else:
+                stack.kafka_server.stop()
+                events.append({"fault": "broker stopped", "at_s": t})
+                time.sleep(10)
+                stack.kafka_server.start()
+            say(f"peer faults: {events[-1]}")
+        thread.join()
+        stop.set()
+        source = read_source(stack, topic)
+        waited = None
+        try:
+            wait_committed(worker, connector, cat, table, len(source), 3 * commit_interval_ms / 1000 + 600)
+        except PeerFailed as e:  # lost records, or a failed task: compared and reported all the same
+            waited = str(e)[:2000]
+        # One more commit interval: a duplicate can come with a later commit.
+        time.sleep(commit_interval_ms / 1000 + 5)
+        result = compare(source, table_rows(cat, table))
+    finally:
+        stop.set()
+        with contextlib.suppress(Exception):
+            worker.stop()
+    return {**result, "faults": events, "wait_error": waited, "commit_interval_ms": commit_interval_ms, "rate_per_s": rate,
+            "snapshots": len(cat.load_table(table).snapshots()), "log": str(worker.log_file)}
+
+
+# -------------------------------------------------------------------------- make bench --peer
+
+# Throughput runs commit every 10 s, not at the sink's 5-minute default: at 5 minutes a W1 run would
+# be mostly waiting for the commit. The latency runs use both the default and BATCH_INTERVAL_MS.
+THROUGHPUT_INTERVAL_MS = 10_000
+# Our batch policy cuts a range when it is 20 s old and the sensor looks every 30 s: 30 s.
+BATCH_INTERVAL_MS = 30_000
+MIB = 1024**2
+
+
+def _archive_spec(stack, args, topic: str, container: str, servers: dict) -> dict:
+    from matos_dagster.topics import TopicConfig
+
+    d = TopicConfig("x")
+    params = stack.swift_params(container)
+    return {"master": f"local[{args.cores}]", "cores": args.cores, "bootstrap": stack.bootstrap, "topic": topic,
+            "ranges": [[r.topic, r.partition, r.start, r.end] for r in stack.ranges(topic)],
+            "swift": {k: getattr(params, k) for k in params.__dataclass_fields__},
+            "group": f"bench-{uuid.uuid4().hex[:6]}", "slice_records": d.slice_records,
+            "object_bytes": d.object_bytes, "servers": servers}
+
+
+def peer_main(args, say) -> int:
+    """`python -m matos_dagster.bench --peer`: archive and sink side by side, then latency and faults."""
+    import json
+    import os
+
+    from matos_dagster.bench import paths, report
+    from matos_dagster.bench.__main__ import SETTINGS
+    from matos_dagster.bench.stack import Workload, produce_workload, running_stack
+
+    sizes = SETTINGS["quick" if args.quick else "full"]
+    out = Path(args.out).resolve()
+    logs = out / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    ic.install(cache_dir(), say=say)
+    results: dict = {"setting": "quick" if args.quick else "full", "repeat": args.repeat, "cores": args.cores,
+                     "started": time.time(), "load_average": os.getloadavg(), "iceberg": ic.ICEBERG_VERSION,
+                     "connect": ic.CONNECT_VERSION, "throughput_commit_interval_ms": THROUGHPUT_INTERVAL_MS,
+                     "workloads": {}}
+    with running_stack() as stack:
+        servers = paths.server_pids(stack)
+        for name, value_bytes in (("W1", 1024), ("W2", 100)):
+            w = Workload(name, sizes[name], value_bytes)
+            topic = f"bench-{name.lower()}-{uuid.uuid4().hex[:6]}"
+            stack.create_topic(topic, w.partitions)
+            say(f"producing {name}: {w.records:,} records of {value_bytes} B")
+            produce_workload(stack.kafka(), topic, w)
+            runs: dict = {"archive": [], "peer": []}
+            for rep in range(args.repeat):
+                container = f"bench-archive-{name.lower()}-{rep}-{uuid.uuid4().hex[:4]}"
+                a = paths.spark_run("archive", _archive_spec(stack, args, topic, container, servers), logs)
+                stack.drop_container(container)
+                runs["archive"].append(a)
+                say(f"{name} #{rep + 1} archive: {a['records'] / a['seconds']:,.0f} records/s")
+                p = throughput(stack, topic, w.records, args.cores, logs, servers, THROUGHPUT_INTERVAL_MS, say=say)
+                runs["peer"].append(p)
+                say(f"{name} #{rep + 1} Iceberg sink: {p['records'] / p['seconds']:,.0f} records/s "
+                    f"(steady {p['steady'] or 0:,.0f}), {p['files']['files']} files")
+            results["workloads"][name] = {"records": w.records, "value_bytes": value_bytes, "runs": runs,
+                                          "summary": summarize(runs)}
+        if not args.no_latency:
+            seconds = args.latency_seconds or (120 if args.quick else 300)
+            results["latency"] = {}
+            for interval in (ic.DEFAULT_COMMIT_INTERVAL_MS, BATCH_INTERVAL_MS):
+                say(f"peer latency: {args.latency_rate:g} records/s for {seconds:g}s, commit every {interval / 1000:g}s")
+                results["latency"][str(interval)] = latency(stack, logs, args.latency_rate, seconds, interval,
+                                                            args.cores, say=say)
+        if args.peer_faults:
+            say("peer faults: Connect worker SIGKILLed 3 times, broker stopped once")
+            results["faults"] = faults(stack, logs, 60_000 if args.quick else 300_000,
+                                       500 if args.quick else 1000, args.cores, say=say)
+    results["finished"] = time.time()
+    (out / "peer.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+    md = markdown(results, report)
+    (out / "peer.md").write_text(md)
+    print(md)
+    say(f"wrote {out / 'peer.json'}, {out / 'peer.md'}")
+    return 0
+
+
+def summarize(runs: dict) -> dict:
+    """Per path: records/s, CPU-s per 1,000 records per process, peak RSS; medians over repeats."""
+    out = {}
+    for path, rs in runs.items():
+        if not rs:
+            continue
+        rate = [r["records"] / r["seconds"] for r in rs]
+        cpu = {k: statistics.median([1000 * r["cpu"].get(k, 0.0) / r["records"] for r in rs])
+               for k in ("client", "kafka", "swift")}
+        cpu["total"] = sum(cpu.values())
+        out[path] = {"records_per_s": statistics.median(rate), "records_per_s_min": min(rate),
+                     "records_per_s_max": max(rate), "cpu_s_per_1k": cpu,
+                     "peak_rss_mib": statistics.median([r["memory"]["total"] / MIB for r in rs])}
+        steady = [r["steady"] for r in rs if r.get("steady")]
+        if steady:
+            out[path]["steady_records_per_s"] = statistics.median(steady)
+        if path == "peer":
+            out[path]["files"] = statistics.median([r["files"]["files"] for r in rs])
+    return out
+
+
+def markdown(results: dict, report=None) -> str:
+    lines = [f"Peer: Apache Iceberg Kafka Connect sink {results['iceberg']} on Kafka Connect {results['connect']} "
+             f"(standalone, tasks.max = {results['cores']}), setting **{results['setting']}**, "
+             f"{results['repeat']} repeat(s), medians; sink commit interval "
+             f"{results['throughput_commit_interval_ms'] / 1000:g} s in the throughput runs.", "",
+             "| workload | path | records/s | CPU-s / 1,000 records: client | Kafka | Swift | total | peak RSS MiB |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    ratios = []
+    for name, w in results["workloads"].items():
+        s = w["summary"]
+        for path, label in (("archive", "archive"), ("peer", "Iceberg sink")):
+            if path not in s:
+                continue
+            x = s[path]
+            c = x["cpu_s_per_1k"]
+            rate = f"{x['records_per_s']:,.0f}"
+            if x.get("steady_records_per_s"):
+                rate += f" (steady {x['steady_records_per_s']:,.0f})"
+            lines.append(f"| {name} ({w['records']:,} × {w['value_bytes']} B) | {label} | {rate} | {c['client']:.4f} | "
+                         f"{c['kafka']:.4f} | {c['swift']:.4f} | {c['total']:.4f} | {x['peak_rss_mib']:,.0f} |")
+        if "archive" in s and "peer" in s:
+            a, p = s["archive"], s["peer"]
+            ratios.append((name, a["records_per_s"] / p["records_per_s"],
+                           a["cpu_s_per_1k"]["total"] / p["cpu_s_per_1k"]["total"],
+                           a["peak_rss_mib"] / p["peak_rss_mib"]))
+    if ratios:
+        lines += ["", "| workload | archive / sink records/s (target ≥ 1.5) | archive / sink CPU per record (≤ 1) | "
+                  "archive / sink peak RSS (≤ 1) |", "| --- | ---: | ---: | ---: |"]
+        lines += [f"| {n} | {r:.2f}× | {c:.2f}× | {m:.2f}× |" for n, r, c, m in ratios]
+    if results.get("latency"):
+        lines += ["", "| sink latency, produced → committed | records | median s | p95 s | max s | snapshots |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: |"]
+        for interval, l in results["latency"].items():
+            lines.append(f"| commit every {int(interval) / 1000:g} s | {l['committed']:,} of {l['records']:,} | "
+                         f"{l['median_s']:.1f} | {l['p95_s']:.1f} | {l['max_s']:.1f} | {l['snapshots']} |")
+    if results.get("faults"):
+        f = results["faults"]
+        lines += ["", f"Sink under faults ({', '.join(e['fault'] + ' at ' + str(e['at_s']) + ' s' for e in f['faults'])}): "
+                  f"{f['source']:,} source records, {f['rows']:,} rows; lost {f['lost']}, duplicated {f['duplicated']}, "
+                  f"mismatched {f['mismatched']}."]
+        for k in ("lost_examples", "duplicated_examples", "mismatched_examples"):
+            if f.get(k):
+                lines.append(f"- {k.replace('_', ' ')}: {f[k]}")
+    return "\n".join(lines) + "\n"
