@@ -71,6 +71,7 @@ class Archived:
     notes: list[str] = field(default_factory=list)
     already_archived: bool = False  # its manifest was there (committed, or records expired): verified only
     log_end: int | None = None  # the partition's log end offset when the run read it
+    reader: str = ""  # the slice reader that read the records written: native, python (a mix: both); "" if none
 
     @property
     def records_written(self) -> int:
@@ -157,6 +158,9 @@ def archive_range(
     say(f"{r}: archiving in {len(jobs)} Spark task(s) of up to {topic.slice_records} offsets")
     session = spark() if callable(spark) else spark
     objects = [o for written in run_tasks(session, archive_slice, jobs, f"archive {r}") for o in written]
+    reader = ", ".join(sorted({o.pop("reader") for o in objects if "reader" in o}))
+    if reader:
+        say(f"{r}: records read by the {reader} slice reader (MATOS_NATIVE_READER=0 turns the native one off)")
     _fault("after-objects")
 
     doc = manifest.build(r, topic.format, objects)
@@ -168,7 +172,8 @@ def archive_range(
     # The topic's Iceberg table (MATOS_ICEBERG_TABLES): this range and any a crashed run left out, one commit.
     notes += iceberg.keep_table(store, prefix, topic, r.partition, say)
     _fault("after-table")
-    return Archived(r, name, doc, False, committed_before, after, time.monotonic() - t0, len(jobs), notes, log_end=high)
+    return Archived(r, name, doc, False, committed_before, after, time.monotonic() - t0, len(jobs), notes, log_end=high,
+                    reader=reader)
 
 
 def archived_and_committed(existing: dict | None, r: OffsetRange, topic: TopicConfig, committed: int | None) -> bool:

@@ -19,6 +19,8 @@ from matos_dagster.ranges import OffsetRange
 from matos_dagster.slice_task import RecordTooLarge, SliceJob, SliceStuck
 
 READERS = ("python", "native")
+# Records with old timestamps, kept: retention by time would delete them under the test.
+KEEP = {"retention.ms": "-1", "message.timestamp.before.max.ms": str(2**63 - 1)}
 
 
 @pytest.fixture(autouse=True)
@@ -75,7 +77,7 @@ def produce(kafka, topic: str, rows) -> None:
 @pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
 def test_both_readers_write_byte_identical_objects_split_at_the_same_records(
         fmt, kafka, swift, new_topic, monkeypatch):
-    topic = new_topic(partitions=1)
+    topic = new_topic(partitions=1, **KEEP)
     produce(kafka, topic, mixed_records(400))
     # Small chunks and objects: many chunk seals inside each object and many objects a slice.
     monkeypatch.setattr(slice_task, "_new_batch",
@@ -99,7 +101,7 @@ def transactions(kafka, topic: str, outcomes: list[bool]) -> None:
 def test_both_readers_skip_aborted_records_and_markers_alike(start, end, kafka, swift, new_topic, monkeypatch):
     # Offsets: 0-4 committed, 5 marker, 6-10 aborted, 11 marker, 12-16 committed, 17 marker,
     # 18-22 aborted, 23 marker. The slices end in committed records, in aborted ones and in a marker.
-    topic = new_topic(partitions=1)
+    topic = new_topic(partitions=1, **KEEP)
     transactions(kafka, topic, [True, False, True, False])
     with swift.store() as store:
         got = both(kafka, store, monkeypatch, topic, start, end)
@@ -110,7 +112,7 @@ def test_both_readers_skip_aborted_records_and_markers_alike(start, end, kafka, 
 
 def test_a_record_above_max_record_bytes_fails_both_readers_with_the_same_message(
         kafka, swift, new_topic, monkeypatch):
-    topic = new_topic(partitions=1)
+    topic = new_topic(partitions=1, **KEEP)
     produce(kafka, topic, [(b"k", b"v" * 10, [], 1), (b"k", b"v" * 100, [("é", b"12")], 2)])
     messages = {}
     with swift.store() as store:
@@ -125,7 +127,7 @@ def test_a_record_above_max_record_bytes_fails_both_readers_with_the_same_messag
 
 
 def test_an_open_transaction_stalls_both_readers_with_the_same_message(kafka, swift, new_topic, monkeypatch):
-    topic = new_topic(partitions=1)
+    topic = new_topic(partitions=1, **KEEP)
     produce(kafka, topic, [(b"k", b"v", [], 1)])
     tx = kafka.producer(**{"transactional.id": f"tx-{uuid.uuid4().hex[:6]}"})
     tx.init_transactions(30)
@@ -147,7 +149,7 @@ def test_an_open_transaction_stalls_both_readers_with_the_same_message(kafka, sw
 
 def test_offsets_kafka_does_not_have_fail_both_readers_with_the_same_kafka_error(
         kafka, swift, new_topic, monkeypatch):
-    topic = new_topic(partitions=1)
+    topic = new_topic(partitions=1, **KEEP)
     produce(kafka, topic, [(b"k", b"v", [], 1)])
     codes = {}
     with swift.store() as store:
@@ -172,8 +174,35 @@ def test_settings_reach_librdkafka_as_confluent_kafka_writes_them():
 
 
 def test_the_reader_flag_of_a_turned_off_native_reader_is_python(kafka, swift, new_topic, monkeypatch):
-    topic = new_topic(partitions=1)
+    topic = new_topic(partitions=1, **KEEP)
     produce(kafka, topic, [(b"k", b"v", [], 1)])
     with swift.store() as store:
         assert [o["reader"] for o in run("python", monkeypatch, job_for(kafka, store, topic, 0, 1))] == ["python"]
         assert [o["reader"] for o in run("native", monkeypatch, job_for(kafka, store, topic, 0, 1))] == ["native"]
+
+
+def test_a_spark_archive_run_names_the_reader_in_its_log_and_asset_metadata(kafka, swift, spark, new_topic):
+    from matos_dagster.archive import archive_range
+    from matos_dagster.assets.archive import metadata
+    from test_reader import config
+
+    topic = new_topic(partitions=1, **KEEP)
+    produce(kafka, topic, mixed_records(20))
+    said = []
+    with swift.store() as store:
+        done = archive_range(OffsetRange(topic, 0, 0, 20), config(topic), kafka, store, spark, say=said.append)
+    assert done.reader == "native"  # the executors' Python workers load it too
+    assert metadata(done, "u")["reader"].value == "native"
+    assert any("read by the native slice reader" in line for line in said)
+    assert all("reader" not in o for o in done.manifest["objects"])  # the manifest's format is unchanged
+
+
+def test_the_python_reader_fallback_shows_in_the_asset_metadata():
+    from matos_dagster.archive import Archived
+    from matos_dagster.assets.archive import metadata
+
+    doc = {"records": 1, "bytes": 10, "record_bytes": 2, "objects": [{"name": "a"}], "first_offset": 0,
+           "last_offset": 0, "min_timestamp": None, "max_timestamp": None}
+    done = Archived(OffsetRange("t", 0, 0, 1), "m", doc, False, None, 1, 1.0, 1, reader="python")
+    assert metadata(done, "u")["reader"].value == "python"
+    assert "reader" not in metadata(Archived(OffsetRange("t", 0, 0, 1), "m", doc, True, 1, 1, 1.0), "u")

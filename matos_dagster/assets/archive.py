@@ -185,6 +185,8 @@ def metadata(done: Archived, location: str, now: float | None = None) -> dict:
         "swift_location": MetadataValue.url(location),
         "manifest": MetadataValue.text(done.manifest_name),
     }
+    if done.reader:  # which slice reader read the records (native or python): see README, Install
+        meta["reader"] = MetadataValue.text(done.reader)
     if done.committed_after is not None:
         meta["committed_offset"] = MetadataValue.int(done.committed_after)
     if done.log_end is not None:
