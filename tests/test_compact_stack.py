@@ -142,9 +142,12 @@ def test_replaced_folders_are_deleted_only_after_the_grace_period(kafka, swift, 
         store.check()
         archive_small(kafka, store, spark, cfg, 0, 60)
         committed = kafka.committed(topic, [0], cfg.group)
+        mark = judge(store, cfg, 60).known  # the monitor's mark, written before compaction
+        archive = PartitionArchive(store, prefix(store, cfg), topic, 0)
         first = compact_partition(cfg, 0, committed[0], store, prefix(store, cfg), spark)
         merged = effective_spans(store, cfg)
         assert first.groups
+        assert monitor.start_from(archive, None, mark, 60) == (mark, monitor.FROM_MARK)  # still holds
         # Within the grace period: nothing deleted, however often compaction runs.
         assert compact_partition(cfg, 0, committed[0], store, prefix(store, cfg), spark).folders_deleted == 0
         replaced = [s for s in folders(store, cfg) if s not in merged]
@@ -155,6 +158,9 @@ def test_replaced_folders_are_deleted_only_after_the_grace_period(kafka, swift, 
         assert later.folders_deleted == len(replaced)
         assert folders(store, cfg) == merged
         assert_exactly_once(kafka, store, cfg, 60)
+        # The monitor's mark holds after the clean-up too, and judges as a full read (judge asserts OK, 60).
+        assert monitor.start_from(archive, None, mark, 60) == (mark, monitor.FROM_MARK)
+        judge(store, cfg, 60, mark)
         # The cursor moved past everything compacted and cleaned up: the next walk starts there.
         cursor = store.get_json(cursor_name(prefix(store, cfg), topic, 0))
         assert cursor["from"] >= first.groups[-1][1]
