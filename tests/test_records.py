@@ -204,3 +204,34 @@ def test_what_the_writer_cannot_write_is_refused_naming_what_to_change():
     w.finish()
     with pytest.raises(ValueError, match="finished"):
         w.write(many_rows(3))
+
+
+@pytest.mark.parametrize("reader", ["python", "native"])
+def test_a_slice_in_objects_of_many_row_groups_reads_back_as_kafka_holds_it_and_a_retry_writes_the_same_bytes(
+        reader, kafka, swift, new_topic, monkeypatch, small_row_groups):
+    # Real Kafka and Swift, the task's own code in this process: row groups cut inside the
+    # readers' chunks (4 KiB groups, 4 MiB chunks), several objects, every column's edge.
+    from helpers import produce, read_kafka
+    from matos_dagster import native
+    from matos_dagster.ranges import OffsetRange
+
+    if reader == "native" and native.why_not() is not None:
+        pytest.skip(f"the native reader is not built here: {native.why_not()}")
+    monkeypatch.setenv("MATOS_NATIVE_READER", "1" if reader == "native" else "0")
+    topic = new_topic()
+    rows = pa.Table.from_batches([many_rows(400)]).to_pylist()
+    produce(kafka, topic, [(r["key"], r["value"], [(h["key"], h["value"]) for h in r["headers"]]) for r in rows], 0)
+    with swift.store() as store:
+        def archived(directory: str) -> tuple[list[dict], list[bytes]]:
+            job = slice_task.SliceJob(slice=OffsetRange(topic, 0, 0, 400), directory=directory,
+                                      kafka_conf=kafka.client_config(), group=f"g-{topic}", swift=store.params,
+                                      object_bytes=15_000)
+            written = slice_task.archive_slice(job)
+            return written, [store.get(o["name"]) for o in written]
+
+        first, first_bytes = archived("first")
+        retry, retry_bytes = archived("first")  # the same range again, as a retried run writes it
+    assert {o["reader"] for o in first} == {reader}
+    assert len(first) > 2 and all(len(row_groups(b)) > 2 for b in first_bytes[:-1])
+    assert retry_bytes == first_bytes and retry == first
+    assert [row for b in first_bytes for row in decode_object(b, "parquet")] == read_kafka(kafka, topic, 0)
