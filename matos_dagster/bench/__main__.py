@@ -111,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
             setup[name] = produce_workload(stack.kafka(), topic, w)
             topics[name] = topic
         results["setup_production"] = setup
-        runs: dict = {n: {"read": [], "write": [], "archive": [], "spark_kafka": []} for n in ("W1", "W2")}
+        runs: dict = {n: {"read": [], "write": [], "archive": [], "archive_python": [], "spark_kafka": []}
+                      for n in ("W1", "W2")}
         memory1: list[dict] = []
         memory4: list[dict] = []
         scale = sizes["W1"] / SETTINGS["full"]["W1"]
@@ -139,12 +140,20 @@ def main(argv: list[str] | None = None) -> int:
                 say(f"{name} #{rep + 1} read limit: {r['records']:,} records in {r['seconds']:.2f}s")
 
                 container = f"bench-archive-{tag}"
-                a = paths.spark_run("archive", spec(topic, container), logs)
+                a = paths.spark_run("archive", spec(topic, container, native_reader="1"), logs)
                 stack.drop_container(container)
                 runs[name]["archive"].append(a)
-                say(f"{name} #{rep + 1} archive: {a['records']:,} records, {a['objects']} objects in "
-                    f"{a['seconds']:.2f}s ({a['seconds_with_startup']:.1f}s with start-up), "
+                say(f"{name} #{rep + 1} archive ({a['reader']} reader): {a['records']:,} records, {a['objects']} "
+                    f"objects in {a['seconds']:.2f}s ({a['seconds_with_startup']:.1f}s with start-up), "
                     f"peak RSS {a['memory']['total'] / MIB:.0f} MiB")
+
+                # The same archive with the Python slice reader, for the side-by-side table.
+                container = f"bench-archive-python-{tag}"
+                ap = paths.spark_run("archive", spec(topic, container, native_reader="0"), logs)
+                stack.drop_container(container)
+                runs[name]["archive_python"].append(ap)
+                say(f"{name} #{rep + 1} archive ({ap['reader']} reader): {ap['records']:,} records in "
+                    f"{ap['seconds']:.2f}s")
 
                 container = f"bench-write-{tag}"
                 wl = paths.write_limit(stack.swift_params(container), a["object_sizes"], args.cores, servers)
@@ -195,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
                 "records": workloads[name].records, "value_bytes": workloads[name].value_bytes,
                 "runs": w, "throughput": report.throughput(w), "ratios": report.ratios(w),
                 "cpu": report.cpu(w, results["machine_cores"]),
+                "readers": report.readers(w),
             }
         results["memory"] = memory_summary(memory1, memory4, memory_object)
         lj = [p["records_per_s"] for p in produce["load_job"]]

@@ -212,6 +212,7 @@ def spark_run(kind: str, spec: dict, log_dir: Path) -> dict:
         # Each Python worker's peak above its RSS when the timed work started: one task's memory.
         "task_memory": mem.workers.task_peaks(r["work_started"]),
         "cpu": r.get("cpu"),  # of the timed part: the worker's process tree and the servers
+        "reader": r.get("reader"),  # archive: the slice reader its tasks used
         "log": str(log_dir / f"{tag}.log"),
     }
 

@@ -13,6 +13,7 @@ PATHS = [  # (key in a workload's results, label, which seconds, color)
     ("write", "write limit (swiftclient)", "seconds", (90, 160, 110)),
     ("archive", "archive", "seconds", (220, 120, 50)),
     ("archive", "archive incl. Spark start", "seconds_with_startup", (240, 170, 120)),
+    ("archive_python", "archive, Python reader", "seconds", (200, 80, 80)),
     ("spark_kafka", "Spark Kafka source", "seconds", (140, 110, 170)),
     ("spark_kafka", "Spark Kafka src incl. start", "seconds_with_startup", (190, 170, 210)),
 ]
@@ -65,7 +66,7 @@ def ratios(workload: dict) -> dict:
 
 
 CPU_PATHS = [("read", "read limit"), ("write", "write limit"), ("archive", "archive"),
-             ("spark_kafka", "Spark Kafka source")]
+             ("archive_python", "archive, Python reader"), ("spark_kafka", "Spark Kafka source")]
 CPU_PARTS = ("client", "kafka", "swift")  # the path's own processes, the broker, the Swift servers
 
 
@@ -111,6 +112,60 @@ def cpu(workload: dict, cores: int) -> dict:
             "bound_over_min_limit": {"per_repeat": bound_over_limit, **stats(bound_over_limit)},
             "archive_over_bound": {"per_repeat": over_bound, **stats(over_bound)},
             "archive_cpu_over_read_plus_write": {"per_repeat": cpu_ratio, **stats(cpu_ratio)}}
+
+
+def readers(workload: dict) -> dict:
+    """The archive with the native slice reader (`archive`) and with the Python one, per repeat.
+
+    records/s and CPU-µs per record (the path's own processes, Kafka and Swift), and the
+    Python reader's figures over the native one's (CPU ratio > 1: the native reader saves).
+    """
+    out: dict = {}
+    for key in ("archive", "archive_python"):
+        rps, us, workers = [], [], []
+        for run in workload.get(key, []):
+            n = run["records"]
+            rps.append(n / run["seconds"] if run["seconds"] else None)
+            if run.get("cpu"):
+                us.append(1e6 * sum(run["cpu"].get(p, 0.0) for p in CPU_PARTS) / n)
+                kinds = run["cpu"].get("client_kinds") or {}
+                workers.append(1e6 * kinds["python_workers"] / n if "python_workers" in kinds else None)
+        out[key] = {"records_per_s": {"per_repeat": rps, **stats(rps)},
+                    "cpu_us_per_record": {"per_repeat": us, **stats(us)},
+                    "python_workers_cpu_us_per_record": {"per_repeat": workers, **stats(workers)},
+                    "reader": sorted({r.get("reader") or "?" for r in workload.get(key, [])})}
+    pairs = list(zip(workload.get("archive", []), workload.get("archive_python", [])))
+    speed = [(nat["records"] / nat["seconds"]) / (py["records"] / py["seconds"]) for nat, py in pairs
+             if nat["seconds"] and py["seconds"]]
+    cpu_ratio = [sum(py["cpu"].get(p, 0.0) for p in CPU_PARTS) / sum(nat["cpu"].get(p, 0.0) for p in CPU_PARTS)
+                 for nat, py in pairs if nat.get("cpu") and py.get("cpu")]
+    out["native_speed_over_python"] = {"per_repeat": speed, **stats(speed)}
+    out["python_cpu_over_native"] = {"per_repeat": cpu_ratio, **stats(cpu_ratio)}
+    return out
+
+
+def readers_markdown(w: dict, names: list[str]) -> list[str]:
+    if not any(w[n].get("readers", {}).get("archive_python", {}).get("records_per_s", {}).get("n") for n in names):
+        return []
+    lines = ["", "The archive with each slice reader, side by side (same ranges, same run; CPU of the path's "
+             "processes, Kafka and Swift; Python workers = the Spark tasks):", "",
+             "| workload | reader | records/s | CPU µs per record | of which Python workers |",
+             "| --- | --- | ---: | ---: | ---: |"]
+    for n in names:
+        r = w[n].get("readers")
+        if not r:
+            continue
+        for key, label in (("archive", "native"), ("archive_python", "Python")):
+            k = r[key]
+            lines.append(f"| {n} | {label} ({', '.join(k['reader'])}) | {_cell(k['records_per_s'])} | "
+                         f"{_cell(k['cpu_us_per_record'])} | {_cell(k['python_workers_cpu_us_per_record'])} |")
+    for n in names:
+        r = w[n].get("readers")
+        if r and r["native_speed_over_python"]["n"]:
+            lines.append("")
+            lines.append(f"{n}: native reader {_cell(r['native_speed_over_python'])}× the Python reader's records/s; "
+                         f"the Python reader uses {_cell(r['python_cpu_over_native'])}× the native one's CPU per record.")
+    return lines
 
 
 def targets(results: dict) -> list[dict]:
@@ -237,6 +292,7 @@ def markdown(results: dict) -> str:
                              f"{_cell(c['bound_over_min_limit'])}× min(read limit, write limit); the archive reaches "
                              f"{_cell(c['archive_over_bound'])}× of it and uses "
                              f"{_cell(c['archive_cpu_over_read_plus_write'])}× the CPU per record of read + write.")
+    lines += readers_markdown(w, names)
     prod = results.get("produce")
     if prod:
         lines += ["", f"Producing {prod['records']:,} records of {prod['value_bytes']} B "

@@ -39,6 +39,8 @@ _TS_TYPE = {0: 1, 1: 2}
 
 def main(spec_path: str) -> None:
     spec = json.loads(open(spec_path).read())
+    if "native_reader" in spec:  # before Spark starts: its Python workers inherit it
+        os.environ["MATOS_NATIVE_READER"] = spec["native_reader"]
     imported = time.time()
     conf = ";".join(f"{k}={v}" for k, v in spec.get("spark_conf", {}).items())
     spark = SparkResource(master=spec["master"], conf=conf).spark_session
@@ -61,8 +63,9 @@ def main(spec_path: str) -> None:
     servers = spec.get("servers", {})
     cpu0 = cpu_sample(_cpu_groups(servers))
     t0 = time.time()
+    reader = None
     if spec["kind"] == "archive":
-        manifests = run_archive(spec, topic, ranges, swift, spark)
+        manifests, reader = run_archive(spec, topic, ranges, swift, spark)
     elif spec["kind"] == "spark-kafka":
         manifests = run_spark_kafka(spec, topic, ranges, swift, spark)
     else:
@@ -83,6 +86,7 @@ def main(spec_path: str) -> None:
         "object_sizes": [o["bytes"] for m in manifests for o in m["objects"]],
         "objects": sum(len(m["objects"]) for m in manifests),
         "cpu": cpu,
+        "reader": reader,  # the slice reader the archive's tasks used (native, python)
     }
     with open(spec["result"], "w") as f:
         json.dump(result, f)
@@ -107,15 +111,16 @@ def _warm(_: int) -> int:
     return 0
 
 
-def run_archive(spec, topic: TopicConfig, ranges, swift: SwiftParams, spark) -> list[dict]:
+def run_archive(spec, topic: TopicConfig, ranges, swift: SwiftParams, spark) -> tuple[list[dict], str]:
     kafka = KafkaResource(bootstrap_servers=spec["bootstrap"], timeout_s=60)
 
-    def one(r: OffsetRange) -> dict:
+    def one(r: OffsetRange):
         with Store(swift) as store:
-            return archive_range(r, topic, kafka, store, spark, say=lambda _: None).manifest
+            return archive_range(r, topic, kafka, store, spark, say=lambda _: None)
 
     with ThreadPoolExecutor(len(ranges)) as pool:
-        return list(pool.map(one, ranges))
+        done = list(pool.map(one, ranges))
+    return [d.manifest for d in done], ", ".join(sorted({d.reader for d in done if d.reader}))
 
 
 def run_spark_kafka(spec, topic: TopicConfig, ranges, swift: SwiftParams, spark) -> list[dict]:
