@@ -240,18 +240,37 @@ class Tables:
 
     def expire(self, t) -> int:
         """Expire all but the newest KEEP_SNAPSHOTS snapshots of table `t`, once EXPIRE_BATCH more have piled
-        up; the number expired. Metadata only: pyiceberg deletes no file, so no archived object can go."""
-        from pyiceberg.exceptions import CommitFailedException
-
+        up, and delete the metadata files only they used (their manifest lists, and manifests no kept
+        snapshot lists); the number expired. pyiceberg's expiry itself deletes no file, and this deletes
+        nothing outside the table's `metadata/` folder: the data files are the archive's objects."""
         snaps = sorted(t.snapshots(), key=lambda s: s.sequence_number or 0)
         if len(snaps) < KEEP_SNAPSHOTS + EXPIRE_BATCH:
             return 0
         current = t.current_snapshot().snapshot_id
-        old = [s.snapshot_id for s in snaps[:-KEEP_SNAPSHOTS] if s.snapshot_id != current]
+        old = [s for s in snaps[:-KEEP_SNAPSHOTS] if s.snapshot_id != current]
+        gone = {s.snapshot_id for s in old}
+        keep = [s for s in snaps if s.snapshot_id not in gone]
         try:
-            t.maintenance.expire_snapshots().by_ids(old).commit()
-        except CommitFailedException:  # another run committed meanwhile: a later run expires them
+            t.maintenance.expire_snapshots().by_ids([s.snapshot_id for s in old]).commit()
+        except Exception as e:  # noqa: BLE001 - housekeeping: another run committed or expired meanwhile
+            log.info("%s: snapshots not expired this time (%s: %s); a later run expires them", t.name(), type(e).__name__, e)
             return 0
+        # Expired: no snapshot of the table names these files any more. A crash before (or while)
+        # deleting them leaves a batch's files in Swift, unreferenced; nothing reads them.
+        folder = t.location().rstrip("/") + "/metadata/"
+        live = {m.manifest_path for s in keep for m in s.manifests(t.io)}
+        dead = {s.manifest_list for s in old}
+        for s in old:
+            try:
+                dead |= {m.manifest_path for m in s.manifests(t.io)} - live
+            except Exception:  # noqa: BLE001 - its manifest list is gone already (a run deleted it)
+                pass
+        for path in sorted(dead):
+            if path.startswith(folder):
+                try:
+                    t.io.delete(path)
+                except Exception:  # noqa: BLE001 - gone already, or Swift refused: an orphan, never read
+                    pass
         return len(old)
 
     def _commit(self, t, step: Step, marks: dict[int, int], drop: dict | None = None) -> None:

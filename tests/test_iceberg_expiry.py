@@ -41,7 +41,7 @@ def local_table(tmp_path: Path):
 
 def test_snapshots_beyond_the_newest_ones_expire_in_batches_and_the_table_keeps_every_record(
         local_table, monkeypatch):
-    tables, table, _ = local_table
+    tables, table, tmp_path = local_table
     monkeypatch.setattr(iceberg, "KEEP_SNAPSHOTS", 3)
     monkeypatch.setattr(iceberg, "EXPIRE_BATCH", 2)
     for i in range(4):  # fewer than KEEP + BATCH: nothing expires
@@ -50,12 +50,46 @@ def test_snapshots_beyond_the_newest_ones_expire_in_batches_and_the_table_keeps_
     table.append(batch(20), snapshot_properties=summary({0: 25}))
     current = table.current_snapshot().snapshot_id
 
+    expired = sorted(table.snapshots(), key=lambda s: s.sequence_number)[:2]
+    data_files = files_under(tmp_path / "wh", "data")
+
     assert tables.expire(table) == 2
     table = tables.catalog.load_table(("ns", "t"))
     assert len(table.snapshots()) == 3
     assert table.current_snapshot().snapshot_id == current
     assert marks_of(table) == {0: 25}  # the watermark is the current snapshot's: untouched
     assert sorted(table.scan().to_arrow()["offset"].to_pylist()) == list(range(25))
+    # The expired snapshots' manifest lists are deleted (their manifests too: each commit's own
+    # manifest is listed by the later snapshots as well, so those stay); no data file is touched.
+    metadata = files_under(tmp_path / "wh", "metadata")
+    assert not {s.manifest_list.removeprefix("file://") for s in expired} & metadata
+    live = {m.manifest_path.removeprefix("file://") for s in table.snapshots() for m in s.manifests(table.io)}
+    assert live <= metadata
+    assert files_under(tmp_path / "wh", "data") == data_files
+
+
+def test_expiry_deletes_the_manifests_only_expired_snapshots_used(local_table, monkeypatch):
+    """An overwrite (compaction's replacement) leaves the manifests before it to the snapshots before it:
+    once those expire, their manifests go too."""
+    tables, table, tmp_path = local_table
+    monkeypatch.setattr(iceberg, "KEEP_SNAPSHOTS", 1)
+    monkeypatch.setattr(iceberg, "EXPIRE_BATCH", 2)
+    for i in range(2):
+        table.append(batch(i * 5), snapshot_properties=summary({0: i * 5 + 5}))
+    before = {m.manifest_path.removeprefix("file://") for m in table.current_snapshot().manifests(table.io)}
+    table.overwrite(batch(0, 10), snapshot_properties=summary({0: 10}))  # the same records, one file
+    now = {m.manifest_path.removeprefix("file://") for m in table.current_snapshot().manifests(table.io)}
+    assert before - now  # the overwrite's snapshot no longer lists the appends' manifests
+    snapshots = len(table.snapshots())
+    assert tables.expire(table) == snapshots - 1  # all but the current one
+    table = tables.catalog.load_table(("ns", "t"))
+    metadata = files_under(tmp_path / "wh", "metadata")
+    assert not (before - now) & metadata and now <= metadata
+    assert sorted(table.scan().to_arrow()["offset"].to_pylist()) == list(range(10))
+
+
+def files_under(root: Path, kind: str) -> set[str]:
+    return {str(p) for p in root.rglob("*") if p.is_file() and p.parent.name == kind}
 
 
 def test_old_metadata_files_are_deleted_after_each_commit(local_table):
