@@ -32,6 +32,9 @@ from matos_dagster.store import Store
 PHASES = [
     ("consume (Kafka fetch)", "~", "<method 'consume' of 'cimpl.Consumer' objects>"),
     ("chunks: Arrow + encode", "records.py", "_seal"),
+    # The native reader (MATOS_NATIVE_READER=1, the default when built): its C call, and its chunks encoded.
+    ("native read (C)", "native/__init__.py", "next"),
+    ("native chunks: encode", "records.py", "add_chunk"),
     ("finish (last group)", "records.py", "finish"),
     ("md5", "~", "<built-in method _hashlib.openssl_md5>"),
     ("PUT (swiftclient)", "client.py", "put_object"),
@@ -84,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     stats = pstats.Stats(profiler)
     total = _cumulative(stats, "slice_task.py", "archive_slice")
-    print(f"{args.records:,} records of {args.value_bytes} B, {len(written)} object(s): {wall:.2f} s wall, "
+    print(f"{args.records:,} records of {args.value_bytes} B, {len(written)} object(s), "
+          f"{written[0].get('reader', '?') if written else '?'} reader: {wall:.2f} s wall, "
           f"{cpu:.2f} s CPU in this process, {args.records / wall:,.0f} records/s (under cProfile)")
     for label, where, name in PHASES:
         t = _cumulative(stats, where, name)
