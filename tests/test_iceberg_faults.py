@@ -27,7 +27,15 @@ from matos_dagster.iceberg import Tables, marks_of, table_files
 from matos_dagster.ranges import OffsetRange
 from matos_dagster.settings import PROJECT_ROOT
 from matos_dagster.topics import TopicConfig
-from test_iceberg import as_rows, tables_on  # noqa: F401 - the fixture, shared
+from test_iceberg import as_rows
+
+
+@pytest.fixture
+def tables_on(monkeypatch, tmp_path):
+    """Tables kept by the archive runs (this process's and the killed ones'), in a sqlite catalog of the test's own."""
+    monkeypatch.setenv("MATOS_ICEBERG_TABLES", "true")
+    monkeypatch.setenv("MATOS_ICEBERG_CATALOG", f"type=sql;uri=sqlite:///{tmp_path}/catalog.db")
+    return monkeypatch
 
 _RUN = """
 import json, os, sys
@@ -79,7 +87,7 @@ def assert_table_is_the_archive(store, cfg: TopicConfig, kafka, end: int) -> Non
 
 
 def test_a_run_killed_before_or_after_its_table_commit_leaves_the_table_repaired_by_its_rerun_exactly_once(
-        kafka, kafka_server, swift, connect_server, spark, new_topic, tables_on):  # noqa: F811
+        kafka, kafka_server, swift, connect_server, spark, new_topic, tables_on):
     topic = new_topic()
     produce(kafka, topic, ((f"k{i}".encode(), f"v{i}".encode(), []) for i in range(90)))
     cfg = TopicConfig(name=topic, group=f"g-{uuid.uuid4().hex[:8]}")
@@ -112,7 +120,7 @@ def test_a_run_killed_before_or_after_its_table_commit_leaves_the_table_repaired
 
 @pytest.mark.slow
 def test_a_run_killed_inside_its_table_commit_is_repaired_by_the_partitions_next_range(
-        kafka, kafka_server, swift, connect_server, spark, new_topic, tables_on):  # noqa: F811
+        kafka, kafka_server, swift, connect_server, spark, new_topic, tables_on):
     """Killed with the new snapshot's manifests written to Swift but the catalog not switched to them:
     those files are orphans nobody reads, and the next range's run adds both ranges in one commit."""
     topic = new_topic()
