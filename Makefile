@@ -50,17 +50,18 @@ run: up
 	cd $(DAGSTER_HOME) && $(CURDIR)/$(BIN)/dg dev -w $(CURDIR)/workspace.yaml -h 127.0.0.1 -p $(DAGSTER_PORT)
 
 # `make run` on the production instance (dagster.postgres.yaml) instead of sqlite: the stack,
-# then the local PostgreSQL server (.devstack/data/postgres) started for `dg dev` and stopped by
-# its PID when `dg dev` ends (Ctrl-C); its own DAGSTER_HOME, so the sqlite instance stays as it is.
+# then the local PostgreSQL server (.devstack/data/postgres) started for the demo records' load
+# and `dg dev`, and stopped by its PID when `dg dev` ends (Ctrl-C); its own DAGSTER_HOME, so the
+# sqlite instance stays as it is (the load's run too is stored in PostgreSQL).
 DAGSTER_PG_HOME := $(MATOS_DEVSTACK_DIR)/dagster-pg
 $(DAGSTER_PG_HOME)/dagster.yaml: dagster.postgres.yaml
 	mkdir -p $(DAGSTER_PG_HOME)
 	cp dagster.postgres.yaml $(DAGSTER_PG_HOME)/dagster.yaml
 
 run-postgres: up $(DAGSTER_PG_HOME)/dagster.yaml
-	$(BIN)/python -m matos_dagster.devstack demo-data
-	cd $(DAGSTER_PG_HOME) && DAGSTER_HOME=$(DAGSTER_PG_HOME) $(CURDIR)/$(BIN)/python -m matos_dagster.devstack.postgres \
-		-- $(CURDIR)/$(BIN)/dg dev -w $(CURDIR)/workspace.yaml -h 127.0.0.1 -p $(DAGSTER_PORT)
+	DAGSTER_HOME=$(DAGSTER_PG_HOME) $(BIN)/python -m matos_dagster.devstack.postgres -- sh -c \
+		'$(BIN)/python -m matos_dagster.devstack demo-data && cd $(DAGSTER_PG_HOME) && \
+		exec $(CURDIR)/$(BIN)/dg dev -w $(CURDIR)/workspace.yaml -h 127.0.0.1 -p $(DAGSTER_PORT)'
 
 demo: up
 	$(BIN)/python -m matos_dagster.devstack demo

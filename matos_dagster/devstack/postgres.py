@@ -312,3 +312,57 @@ def _tail(path: Path, chars: int = 3000) -> str:
         return path.read_text(errors="replace")[-chars:]
     except OSError:
         return "(no log)"
+
+
+# ----------------------------------------------------------------- make run-postgres
+
+
+def run_with_server(command: list[str], server: PostgresServer) -> int:
+    """Run `command` with the DAGSTER_PG_* of `server` in its environment, the server started for it.
+
+    `make run-postgres`: dg dev on dagster.postgres.yaml. The server is stopped (by its PID) when
+    the command ends, unless it was running before (then it is someone else's to stop). Ctrl-C and
+    SIGTERM reach the command (the terminal signals the whole foreground group; a SIGTERM sent to
+    this process alone is passed on); this process waits for it to end, then stops the server.
+    """
+    was_running = server.running()
+    server.start()
+    try:
+        child = subprocess.Popen(command, env={**os.environ, **server.instance_env()})
+
+        def pass_on(signum, _frame):
+            with contextlib.suppress(ProcessLookupError):
+                child.send_signal(signum)
+
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, pass_on)
+        return child.wait()
+    finally:
+        if not was_running:
+            server.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import sys
+
+    from matos_dagster.devstack.stack import postgres_server
+
+    parser = argparse.ArgumentParser(
+        prog="python -m matos_dagster.devstack.postgres",
+        description="Run a command with the local PostgreSQL server (.devstack/data/postgres) started for it "
+                    "and its DAGSTER_PG_* settings in the command's environment; stop the server after.")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no command: e.g. python -m matos_dagster.devstack.postgres -- dg dev")
+    try:
+        return run_with_server(command, postgres_server())
+    except PostgresError as e:
+        print(f"{parser.prog}: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
