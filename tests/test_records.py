@@ -235,3 +235,29 @@ def test_a_slice_in_objects_of_many_row_groups_reads_back_as_kafka_holds_it_and_
     assert len(first) > 2 and all(len(row_groups(b)) > 2 for b in first_bytes[:-1])
     assert retry_bytes == first_bytes and retry == first
     assert [row for b in first_bytes for row in decode_object(b, "parquet")] == read_kafka(kafka, topic, 0)
+
+
+@pytest.mark.parametrize("reader", ["python", "native"])
+def test_a_record_larger_than_the_tasks_prefetch_bound_is_archived_whole(reader, kafka, swift, new_topic, monkeypatch):
+    # The slice consumer prefetches at most 8 MiB (memory per task); Kafka still hands over a
+    # record batch larger than that, so a 12 MiB record (max_record_bytes allows 16) is archived.
+    from helpers import produce, read_kafka
+    from matos_dagster import native
+    from matos_dagster.ranges import OffsetRange
+
+    if reader == "native" and native.why_not() is not None:
+        pytest.skip(f"the native reader is not built here: {native.why_not()}")
+    monkeypatch.setenv("MATOS_NATIVE_READER", "1" if reader == "native" else "0")
+    conf = slice_task.consumer_conf(slice_task.SliceJob(OffsetRange("t", 0, 0, 1), "d", {}, "g", None))
+    big = random.Random(7).randbytes(12 * 1024**2)
+    assert len(big) > conf["fetch.max.bytes"] and len(big) > conf["queued.max.messages.kbytes"] * 1024
+    topic = new_topic(**{"max.message.bytes": str(16 * 1024**2)})
+    produce(kafka, topic, [(b"a", b"1", []), (b"big", big, [("h", b"x")]), (b"c", None, [])], 0,
+            **{"message.max.bytes": 16 * 1024**2})
+    with swift.store() as store:
+        job = slice_task.SliceJob(slice=OffsetRange(topic, 0, 0, 3), directory="d", kafka_conf=kafka.client_config(),
+                                  group=f"g-{topic}", swift=store.params, object_bytes=8 * 1024**2)
+        written = slice_task.archive_slice(job)
+        rows = [row for o in written for row in decode_object(store.get(o["name"]), "parquet")]
+    assert {o["reader"] for o in written} == {reader} and [o["records"] for o in written] == [1, 1, 1]
+    assert rows == read_kafka(kafka, topic, 0) and rows[1]["value"] == big
