@@ -10,7 +10,7 @@ export DAGSTER_HOME := $(MATOS_DEVSTACK_DIR)/dagster
 DAGSTER_PORT ?= 3000
 PYTEST_TIMEOUT ?= 1200
 
-.PHONY: install run run-postgres up down status demo test test-all bench bench-history bench-compaction bench-ui clean
+.PHONY: install run run-postgres up down status demo test test-all bench bench-peer bench-history bench-compaction bench-ui clean
 
 install: $(STAMP) $(NATIVE)
 
@@ -82,6 +82,13 @@ bench: install
 	$(BIN)/python -m matos_dagster.bench --history $(HISTORY_ARGS)
 	$(BIN)/python -m matos_dagster.bench.compaction
 	$(BIN)/python -m matos_dagster.bench.ui $(UI_ARGS)
+	$(BIN)/python -m matos_dagster.bench --peer --peer-faults $(PEER_ARGS)
+
+# The archive side by side with Apache Iceberg's Kafka Connect sink (bench/peer.py): W1 and W2,
+# the sink's latency at its 5-minute commit interval and at 30 s, its fault comparison;
+# PEER_ARGS="--quick --repeat 1" for a short run.
+bench-peer: install
+	$(BIN)/python -m matos_dagster.bench --peer --peer-faults $(PEER_ARGS)
 
 # The growth workload alone (N = 0, 10,000, 100,000 ranges already archived); HISTORY_ARGS=--quick
 # for 0 and 10,000, or e.g. HISTORY_ARGS="--history-n 0,100000,1000000".

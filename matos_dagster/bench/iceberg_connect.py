@@ -303,7 +303,7 @@ class ConnectWorker:
             self.bootstrap, self.rest_port, self.data_dir / "connect.offsets", self.install.plugin_path)))
         log4j = self.data_dir / "log4j2.xml"
         log4j.write_text(_LOG4J2)
-        argv = [_java(), f"-Xms256m", f"-Xmx{self.heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+        argv = [_java(), "-Xms256m", f"-Xmx{self.heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
                 f"-Dlog4j2.configurationFile={log4j.as_uri()}", "-cp", self.install.classpath,
                 "org.apache.kafka.connect.cli.ConnectStandalone", str(props)]
         env = {**os.environ, "AWS_REGION": "us-east-1",
