@@ -308,3 +308,46 @@ def test_the_readme_reads_pyiceberg_duckdb_spark_sql_and_the_raw_layout_as_writt
     raw = as_rows(namespace["raw"])
     assert raw == sorted(expected + read_kafka(kafka, topic, 0, 0, 65) + read_kafka(kafka, topic, 1, 60, 65),
                          key=lambda r: (r["partition"], r["offset"]))
+
+
+_SPARK_CONNECT_READ = """
+import json, sys
+from pyspark.sql import SparkSession
+from matos_dagster.iceberg import Tables, spark_frame
+from matos_dagster.resources import SwiftResource
+
+a = json.loads(sys.argv[1])
+swift = SwiftResource(auth_url=a["auth_url"], user=a["user"], key=a["key"], container=a["container"], prefix="kafka")
+with swift.store() as store:
+    table = Tables(store).table(a["topic"], create=False)
+spark = SparkSession.builder.remote(a["url"]).getOrCreate()
+spark_frame(spark, table).createOrReplaceTempView("archived")
+rows = spark.sql("SELECT partition, `offset`, value FROM archived ORDER BY partition, `offset`").collect()
+print("ROWS", json.dumps([[r[0], r[1], r[2].decode()] for r in rows]))
+"""
+
+
+@pytest.mark.slow
+def test_spark_sql_over_the_table_on_a_spark_connect_session(kafka, swift, spark, connect_server, new_topic, tables_on):
+    """The README's `.remote(...)` variant: a client of the local stack's Spark Connect server (a process
+    of its own: one process holds either a classic or a Connect session) reads every archived record once."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from matos_dagster.settings import PROJECT_ROOT
+
+    topic = new_topic()
+    produce(kafka, topic, ((None, f"v{i}".encode(), []) for i in range(50)))
+    cfg = TopicConfig(name=topic, group=f"g-{uuid.uuid4().hex[:8]}")
+    with swift.store() as store:
+        archive_range(OffsetRange(topic, 0, 0, 30), cfg, kafka, store, spark)
+        archive_range(OffsetRange(topic, 0, 30, 50), cfg, kafka, store, spark)
+    args = {"auth_url": swift.auth_url, "user": swift.user, "key": swift.key, "container": swift.container,
+            "topic": topic, "url": connect_server.url}
+    out = subprocess.run([sys.executable, "-c", _SPARK_CONNECT_READ, json.dumps(args)], env=dict(os.environ),
+                         cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=600)
+    line = [x for x in out.stdout.splitlines() if x.startswith("ROWS ")]
+    assert line, out.stdout[-2000:] + out.stderr[-3000:]
+    assert json.loads(line[0][5:]) == [[0, i, f"v{i}"] for i in range(50)]
