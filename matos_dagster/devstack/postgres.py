@@ -317,29 +317,69 @@ def _tail(path: Path, chars: int = 3000) -> str:
 # ----------------------------------------------------------------- make run-postgres
 
 
+STOP_GRACE_S = 60  # after Ctrl-C, what the command gets to end by itself before it is killed
+
+
 def run_with_server(command: list[str], server: PostgresServer) -> int:
     """Run `command` with the DAGSTER_PG_* of `server` in its environment, the server started for it.
 
-    `make run-postgres`: dg dev on dagster.postgres.yaml. The server is stopped (by its PID) when
-    the command ends, unless it was running before (then it is someone else's to stop). Ctrl-C and
-    SIGTERM reach the command (the terminal signals the whole foreground group; a SIGTERM sent to
-    this process alone is passed on); this process waits for it to end, then stops the server.
+    `make run-postgres`: demo-data and dg dev on dagster.postgres.yaml. The command runs in a
+    process group of its own, so that Ctrl-C (or a SIGTERM) reaches this process, which passes it
+    on to the whole group, kills what is left of it after STOP_GRACE_S (a run worker stuck in a
+    Spark call must not keep the server up), and then stops the server by its PID, unless it was
+    running before (then it is someone else's to stop).
     """
     was_running = server.running()
     server.start()
     try:
-        child = subprocess.Popen(command, env={**os.environ, **server.instance_env()})
+        child = subprocess.Popen(command, env={**os.environ, **server.instance_env()}, start_new_session=True)
+        asked: list[float] = []
 
         def pass_on(signum, _frame):
+            asked.append(time.monotonic())
             with contextlib.suppress(ProcessLookupError):
-                child.send_signal(signum)
+                os.killpg(child.pid, signal.SIGINT if signum == signal.SIGINT and len(asked) == 1 else signal.SIGTERM)
 
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, pass_on)
-        return child.wait()
+        while True:
+            try:
+                code = child.wait(timeout=1)
+                break
+            except subprocess.TimeoutExpired:
+                if asked and time.monotonic() - asked[0] > STOP_GRACE_S:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(child.pid, signal.SIGKILL)
+        _end_group(child.pid)  # what the command left behind (dagster dev's children)
+        return code
     finally:
         if not was_running:
             server.stop()
+
+
+def _group_members(pgid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _end_group(pgid: int, timeout: float = 30) -> None:
+    """SIGTERM what is left of process group `pgid`, SIGKILL it after `timeout` seconds."""
+    if not _group_members(pgid):
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while _group_members(pgid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
 
 
 def main(argv: list[str] | None = None) -> int:
