@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import NewTopic
-from dagster import AssetCheckKey, AssetKey, DagsterInstance, DagsterRunStatus, RunsFilter
+from dagster import AssetCheckKey, AssetKey, DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter
 from dagster._core.scheduler.instigation import InstigatorType, TickStatus
 
 from browser import dump_dom, ensure_chromium, screenshot
@@ -574,10 +574,17 @@ def launch_from_ui(dev: Dev, key: str) -> str:
 def test_the_run_queue_starts_the_runs_of_one_range_one_after_the_other(dev):
     """Two runs of one range launched at once from the UI: the queue (limit 1 per `dagster/partition`
     value) starts the second only after the first has ended. Without that limit both would start at
-    once (two run slots) and only the archive's own turn-taking would keep them apart."""
+    once (two free run slots) and only the archive's own turn-taking would keep them apart (checked:
+    with the limit removed from the instance file, this fails)."""
     ranges = sorted(dev.instance.get_dynamic_partitions(f"{dev.asset}_ranges"))
     assert ranges, "test A archives first: run the module, not this test alone"
     key = ranges[0]  # archived already: each run only verifies it
+    # Both run slots free, nothing queued ahead: without the limit the queue would start the two
+    # runs together, in one pass.
+    busy = [DagsterRunStatus.QUEUED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]
+    with shows_log(dev):
+        wait_for("no run queued or going", lambda: not dev.instance.get_runs(filters=RunsFilter(statuses=busy)),
+                 600, dev)
     run_ids = [launch_from_ui(dev, key), launch_from_ui(dev, key)]
     with shows_log(dev):
         records = wait_for("both runs end", lambda: (rs := dev.instance.get_run_records(
@@ -585,11 +592,17 @@ def test_the_run_queue_starts_the_runs_of_one_range_one_after_the_other(dev):
             and all(r.dagster_run.status in _TERMINAL for r in rs) and rs, 600, dev)
     assert all(r.dagster_run.status == DagsterRunStatus.SUCCESS for r in records), \
         [(r.dagster_run.run_id, r.dagster_run.status) for r in records]
-    first, second = sorted(records, key=lambda r: r.start_time)
-    assert second.start_time >= first.end_time, (
-        f"run {second.dagster_run.run_id} started at {second.start_time}, before run "
+    # When the queue let each run go (its RUN_STARTING, written by the queue before it launches the
+    # run): without the limit both go in one pass, the second before the first's worker has even begun.
+    starting = {r.dagster_run.run_id: dev.instance.all_logs(r.dagster_run.run_id, of_type=DagsterEventType.RUN_STARTING)[0]
+                .timestamp for r in records}
+    first, second = sorted(records, key=lambda r: starting[r.dagster_run.run_id])
+    assert starting[second.dagster_run.run_id] >= first.end_time, (
+        f"the queue let run {second.dagster_run.run_id} go at {starting[second.dagster_run.run_id]}, before run "
         f"{first.dagster_run.run_id} of the same range ended at {first.end_time}")
+    assert second.start_time >= first.end_time
     for r in records:
         meta = _materialization(dev, r.dagster_run.run_id).dagster_event.event_specific_data.materialization.metadata
         assert meta["already_archived"].value is True and meta["records_written"].value == 0, meta
-    print(f"[{dev.storage}] second run of {key} started {second.start_time - first.end_time:.1f}s after the first ended")
+    print(f"[{dev.storage}] the queue let the second run of {key} go {starting[second.dagster_run.run_id] - first.end_time:.1f}s "
+          "after the first ended")
