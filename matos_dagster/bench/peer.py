@@ -388,7 +388,8 @@ def peer_main(args, say) -> int:
                 p = throughput(stack, topic, w.records, args.cores, logs, servers, THROUGHPUT_INTERVAL_MS, say=say)
                 runs["peer"].append(p)
                 say(f"{name} #{rep + 1} Iceberg sink: {p['records'] / p['seconds']:,.0f} records/s "
-                    f"(steady {p['steady'] or 0:,.0f}), {p['files']['files']} files")
+                    f"(steady {format(p['steady'], ',.0f') if p['steady'] else 'n/a: one commit held all'}), "
+                    f"{p['files']['files']} files")
             results["workloads"][name] = {"records": w.records, "value_bytes": value_bytes, "runs": runs,
                                           "summary": summarize(runs)}
         if not args.no_latency:
