@@ -51,6 +51,9 @@ def test_sink_writes_zstd_parquet_through_swift_s3_with_a_sqlite_jdbc_catalog():
     assert cfg["iceberg.catalog.s3.path-style-access"] == "true"
     assert cfg["iceberg.catalog.s3.access-key-id"] == "test:tester"
     assert cfg["iceberg.catalog.client.region"] == "us-east-1"
+    # Tasks and the coordinator share the sqlite file: they wait for its lock instead of dying.
+    assert int(cfg["iceberg.catalog.jdbc.busy_timeout"]) >= 10_000
+    assert cfg["iceberg.catalog.s3.chunked-encoding-enabled"] == "false"
     # The table is created beforehand (auto-create races on sqlite), zstd Parquet.
     assert "iceberg.tables.auto-create-enabled" not in cfg
     assert ic.TABLE_PROPERTIES == {"write.format.default": "parquet", "write.parquet.compression-codec": "zstd"}
