@@ -73,18 +73,16 @@ def tree_rss(root: int, workers: "WorkerTimeline | None" = None) -> dict[str, in
     return sums
 
 
-class PeakSampler:
-    """Samples `tree_rss(pid)` every `interval` seconds in a thread until stopped."""
+class _Sampling:
+    """Calls `sample()` every `interval` seconds in a thread, from `with` to its end."""
 
-    def __init__(self, pid: int, interval: float = 0.2):
-        self.pid, self.interval = pid, interval
-        self.peaks = dict.fromkeys((*KINDS, "total"), 0)
-        self.samples = 0
-        self.workers = WorkerTimeline()  # each Python worker's RSS over time: per-task peaks
+    interval: float
+
+    def _start_thread(self) -> None:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> "PeakSampler":
+    def __enter__(self):
         self._thread.start()
         return self
 
@@ -94,12 +92,29 @@ class PeakSampler:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            rss = tree_rss(self.pid, self.workers)
-            if rss["total"]:
-                self.samples += 1
-                for k, v in rss.items():
-                    self.peaks[k] = max(self.peaks[k], v)
+            self.sample()
             self._stop.wait(self.interval)
+
+    def sample(self) -> None:
+        raise NotImplementedError
+
+
+class PeakSampler(_Sampling):
+    """Samples `tree_rss(pid)` every `interval` seconds in a thread until stopped."""
+
+    def __init__(self, pid: int, interval: float = 0.2):
+        self.pid, self.interval = pid, interval
+        self.peaks = dict.fromkeys((*KINDS, "total"), 0)
+        self.samples = 0
+        self.workers = WorkerTimeline()  # each Python worker's RSS over time: per-task peaks
+        self._start_thread()
+
+    def sample(self) -> None:
+        rss = tree_rss(self.pid, self.workers)
+        if rss["total"]:
+            self.samples += 1
+            for k, v in rss.items():
+                self.peaks[k] = max(self.peaks[k], v)
 
 
 # --- per task ---------------------------------------------------------------------------------
@@ -137,7 +152,7 @@ def rss_self() -> int:
     return _rss_kb(os.getpid()) * 1024
 
 
-class SelfSampler:
+class SelfSampler(_Sampling):
     """Peak RSS of this process and peak bytes in Arrow's memory pool, sampled in a thread
     every `interval` seconds, above what they were when it started (one task run in process)."""
 
@@ -150,22 +165,11 @@ class SelfSampler:
         self.base_arrow = pa.total_allocated_bytes()
         self.peak_rss = self.base_rss
         self.peak_arrow = self.base_arrow
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._start_thread()
 
-    def __enter__(self) -> "SelfSampler":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.peak_rss = max(self.peak_rss, rss_self())
-            self.peak_arrow = max(self.peak_arrow, self._pa.total_allocated_bytes())
-            self._stop.wait(self.interval)
+    def sample(self) -> None:
+        self.peak_rss = max(self.peak_rss, rss_self())
+        self.peak_arrow = max(self.peak_arrow, self._pa.total_allocated_bytes())
 
     @property
     def rss_above(self) -> int:
