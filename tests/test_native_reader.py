@@ -91,6 +91,21 @@ def test_both_readers_write_byte_identical_objects_split_at_the_same_records(
     assert sum(e["records"] for e in py_entries) == 394
 
 
+def test_an_object_ends_at_the_record_that_fills_object_bytes_exactly_in_both_readers(
+        kafka, swift, new_topic, monkeypatch):
+    # Records of exactly 1,000 bytes (a value, no key, no header) and objects of 10,000: the
+    # tenth record fills an object exactly and stays in it; the eleventh starts the next. A
+    # boundary off by one record, or by less than a record, in either reader fails here.
+    topic = new_topic(partitions=1, **KEEP)
+    produce(kafka, topic, [(None, bytes([i % 256]) * 1000, [], 1_700_000_000_000 + i) for i in range(45)])
+    with swift.store() as store:
+        got = both(kafka, store, monkeypatch, topic, 0, 45, object_bytes=10_000)
+    for reader, (entries, _) in got.items():
+        assert [(e["first_offset"], e["records"], e["record_bytes"]) for e in entries] == [
+            (0, 10, 10_000), (10, 10, 10_000), (20, 10, 10_000), (30, 10, 10_000), (40, 5, 5_000)], reader
+    assert got["native"][1] == got["python"][1]
+
+
 def transactions(kafka, topic: str, outcomes: list[bool]) -> None:
     from test_archive import transactions as make
 
