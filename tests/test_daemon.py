@@ -36,6 +36,7 @@ from dagster._core.scheduler.instigation import InstigatorType, TickStatus
 from browser import dump_dom, ensure_chromium, screenshot
 from helpers import check_archive, manifests, produce, read_archive, read_kafka
 from pg_server import PRODUCTION_INSTANCE, environment, new_database, running_postgres
+from matos_dagster.devstack import process
 from matos_dagster.devstack.process import free_port
 from matos_dagster.resources import SwiftResource
 from matos_dagster.settings import PROJECT_ROOT
@@ -147,21 +148,7 @@ def wait_for(what: str, predicate, timeout: float, dev: Dev, every: float = 2.0)
         time.sleep(every)
 
 
-def _group_members(pgid: int) -> list[str]:
-    """Live (non-zombie) processes whose process group is `pgid`, as `pid state command`."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:200]
-        except OSError:
-            continue
-        state, _ppid, pgrp = stat[stat.rindex(")") + 2:].split()[:3]
-        if int(pgrp) == pgid and state != "Z":
-            out.append(f"{entry.name} {state} {cmd}")
-    return out
+_group_members = process.group_members  # the name other test modules import
 
 
 def _stop_group(proc: subprocess.Popen, term_timeout: float = 60) -> list[str]:

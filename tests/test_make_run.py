@@ -8,9 +8,9 @@ import signal
 import subprocess
 import time
 import urllib.request
-from pathlib import Path
 
 from helpers import check_archive, manifests, read_archive, read_kafka
+from matos_dagster.devstack import process
 from matos_dagster.devstack.process import free_port
 from matos_dagster.resources import KafkaResource, SwiftResource
 from matos_dagster.settings import PROJECT_ROOT
@@ -90,16 +90,7 @@ def test_make_run_brings_up_everything_and_archives_the_demo_records(tmp_path, o
     assert group_gone(make.pid, 60), f"left behind: {group_members(make.pid)}"
 
 
-def group_members(pgid: int) -> list[str]:
-    out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            out.append((stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:200])
-    return out
+group_members = process.group_members  # the name test_make_run_postgres imports
 
 
 def group_gone(pgid: int, timeout: float) -> bool:

@@ -357,26 +357,14 @@ def run_with_server(command: list[str], server: PostgresServer) -> int:
             server.stop()
 
 
-def _group_members(pgid: int) -> list[int]:
-    out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            out.append(int(stat.parent.name))
-    return out
-
-
 def _end_group(pgid: int, timeout: float = 30) -> None:
     """SIGTERM what is left of process group `pgid`, SIGKILL it after `timeout` seconds."""
-    if not _group_members(pgid):
+    if not process.group_members(pgid):
         return
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while _group_members(pgid) and time.monotonic() < deadline:
+    while process.group_members(pgid) and time.monotonic() < deadline:
         time.sleep(0.5)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGKILL)

@@ -74,6 +74,23 @@ def pid_alive(pid: int) -> bool:
     return _alive_with_start_time(pid, None)
 
 
+def group_members(pgid: int) -> list[str]:
+    """Live (non-zombie) processes whose process group is `pgid`, as `pid state command`."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:200]
+        except OSError:
+            continue
+        state, _ppid, pgrp = stat[stat.rindex(")") + 2:].split()[:3]
+        if int(pgrp) == pgid and state != "Z":
+            out.append(f"{entry.name} {state} {cmd}")
+    return out
+
+
 def start(
     argv: list[str],
     pid_file: Path,
