@@ -10,7 +10,7 @@ export DAGSTER_HOME := $(MATOS_DEVSTACK_DIR)/dagster
 DAGSTER_PORT ?= 3000
 PYTEST_TIMEOUT ?= 1200
 
-.PHONY: install run run-postgres up down status demo test test-all bench bench-peer bench-history bench-compaction bench-ui clean
+.PHONY: install run run-postgres up down status demo test test-all test-python-reader bench bench-peer bench-history bench-compaction bench-ui clean
 
 install: $(STAMP) $(NATIVE)
 
@@ -74,6 +74,17 @@ test: install
 
 test-all: install
 	$(BIN)/python -m pytest --timeout=$(PYTEST_TIMEOUT) --durations=25 --junitxml=test-output/junit.xml
+	$(MAKE) test-python-reader
+
+# The exactly-once, fault and fidelity proofs again with the Python slice reader, which a machine
+# without the native one uses (MATOS_NATIVE_READER=0 reaches the session's Spark workers; the
+# reader test in the list checks that they really used it). Part of `make test-all`.
+READER_PROOFS := tests/test_faults.py tests/test_archive.py tests/test_one_run_per_range.py \
+	tests/test_records.py tests/test_record_properties.py tests/test_reader.py tests/test_restore.py \
+	tests/test_native_reader.py::test_a_spark_archive_run_names_the_reader_in_its_log_and_asset_metadata
+test-python-reader: install
+	MATOS_NATIVE_READER=0 $(BIN)/python -m pytest -m "not slow" --timeout=$(PYTEST_TIMEOUT) --durations=10 \
+		--junitxml=test-output/junit-python-reader.xml $(READER_PROOFS)
 
 # Everything the benchmark issue asks for, latency included (about an hour on 2 cores);
 # e.g. BENCH_ARGS="--quick --repeat 2" for a short run.

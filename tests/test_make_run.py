@@ -8,6 +8,7 @@ import signal
 import subprocess
 import time
 import urllib.request
+from pathlib import Path
 
 from helpers import check_archive, manifests, read_archive, read_kafka
 from matos_dagster.devstack import process
@@ -16,6 +17,25 @@ from matos_dagster.resources import KafkaResource, SwiftResource
 from matos_dagster.settings import PROJECT_ROOT
 
 CACHE = PROJECT_ROOT / ".devstack" / "cache"
+
+
+def stack_env(devstack: Path) -> tuple[dict[str, str], int]:
+    """The environment of a `make run` on free loopback ports in its own devstack folder (the
+    shared jar and venv cache reused), with the sensor every 10 s; and the UI's port."""
+    kport, sport, cport, dport = free_port(), free_port(), free_port(), free_port()
+    env = {
+        **os.environ,
+        "MATOS_DEVSTACK_DIR": str(devstack),
+        "MATOS_DEVSTACK_CACHE": os.environ.get("MATOS_DEVSTACK_CACHE") or str(CACHE),
+        "MATOS_DEVSTACK_KAFKA_PORT": str(kport),
+        "MATOS_DEVSTACK_SWIFT_PORT": str(sport),
+        "MATOS_KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{kport}",
+        "MATOS_SWIFT_AUTH_URL": f"http://127.0.0.1:{sport}/auth/v1.0",
+        "MATOS_DEVSTACK_SPARK_PORT": str(cport),
+        "MATOS_SPARK_MASTER": f"sc://127.0.0.1:{cport}",  # the stack's Spark Connect server, like the default
+        "MATOS_SENSOR_INTERVAL_S": "10",
+    }
+    return env, dport
 
 
 def answers(url: str) -> bool:
@@ -27,23 +47,11 @@ def answers(url: str) -> bool:
 
 
 def test_make_run_brings_up_everything_and_archives_the_demo_records(tmp_path, output_dir):
-    kport, sport, cport, dport = free_port(), free_port(), free_port(), free_port()
-    env = {
-        **os.environ,
-        "MATOS_DEVSTACK_DIR": str(tmp_path / "devstack"),
-        "MATOS_DEVSTACK_CACHE": os.environ.get("MATOS_DEVSTACK_CACHE") or str(CACHE),
-        "MATOS_DEVSTACK_KAFKA_PORT": str(kport),
-        "MATOS_DEVSTACK_SWIFT_PORT": str(sport),
-        "MATOS_KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{kport}",
-        "MATOS_SWIFT_AUTH_URL": f"http://127.0.0.1:{sport}/auth/v1.0",
-        "MATOS_DEVSTACK_SPARK_PORT": str(cport),
-        "MATOS_SPARK_MASTER": f"sc://127.0.0.1:{cport}",  # the stack's Spark Connect server, like the default
-        "MATOS_SENSOR_INTERVAL_S": "10",
-    }
+    env, dport = stack_env(tmp_path / "devstack")
     log = open(output_dir / "make-run.log", "wb")
     make = subprocess.Popen(["make", "run", f"DAGSTER_PORT={dport}"], cwd=PROJECT_ROOT, env=env,
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    kafka = KafkaResource(bootstrap_servers=f"127.0.0.1:{kport}", timeout_s=5)
+    kafka = KafkaResource(bootstrap_servers=env["MATOS_KAFKA_BOOTSTRAP_SERVERS"], timeout_s=5)
     try:
         # Generous bounds: on a loaded 2-core machine the stack alone took over 4 minutes.
         deadline = time.monotonic() + 600

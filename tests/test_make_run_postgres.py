@@ -21,10 +21,9 @@ import pytest
 from dagster import DagsterInstance
 
 from matos_dagster.devstack.postgres import PostgresServer
-from matos_dagster.devstack.process import free_port
 from matos_dagster.resources import KafkaResource
 from matos_dagster.settings import PROJECT_ROOT
-from test_make_run import CACHE, answers, group_gone, group_members
+from test_make_run import answers, group_gone, group_members, stack_env
 
 
 def succeeded_runs(server: PostgresServer) -> list[str]:
@@ -45,19 +44,7 @@ def test_make_run_postgres_runs_dagster_on_postgresql_and_stops_the_server_after
     # mkdtemp, opened to others (o+x): as root the server runs as another user (tests/pg_server.py).
     root = Path(tempfile.mkdtemp(prefix="matos-run-pg-"))
     root.chmod(0o711)
-    kport, sport, cport, dport = free_port(), free_port(), free_port(), free_port()
-    env = {
-        **os.environ,
-        "MATOS_DEVSTACK_DIR": str(root / "devstack"),
-        "MATOS_DEVSTACK_CACHE": os.environ.get("MATOS_DEVSTACK_CACHE") or str(CACHE),
-        "MATOS_DEVSTACK_KAFKA_PORT": str(kport),
-        "MATOS_DEVSTACK_SWIFT_PORT": str(sport),
-        "MATOS_KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{kport}",
-        "MATOS_SWIFT_AUTH_URL": f"http://127.0.0.1:{sport}/auth/v1.0",
-        "MATOS_DEVSTACK_SPARK_PORT": str(cport),
-        "MATOS_SPARK_MASTER": f"sc://127.0.0.1:{cport}",
-        "MATOS_SENSOR_INTERVAL_S": "10",
-    }
+    env, dport = stack_env(root / "devstack")
     for name in [k for k in env if k.startswith("DAGSTER_PG_")]:
         env.pop(name)  # only what the server gives must count
     server = PostgresServer(root / "devstack" / "data" / "postgres")
@@ -65,7 +52,7 @@ def test_make_run_postgres_runs_dagster_on_postgresql_and_stops_the_server_after
     log = open(log_path, "wb")
     make = subprocess.Popen(["make", "run-postgres", f"DAGSTER_PORT={dport}"], cwd=PROJECT_ROOT, env=env,
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    kafka = KafkaResource(bootstrap_servers=f"127.0.0.1:{kport}", timeout_s=5)
+    kafka = KafkaResource(bootstrap_servers=env["MATOS_KAFKA_BOOTSTRAP_SERVERS"], timeout_s=5)
     try:
         deadline = time.monotonic() + 900
         while not answers(f"http://127.0.0.1:{dport}/server_info"):
