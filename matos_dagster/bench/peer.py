@@ -241,6 +241,52 @@ def table_rows(cat, table: str) -> list[tuple[int, int, bytes]]:
                     t.column("value").to_pylist()))
 
 
+class SteadyProducer:
+    """Records at `rate` per second into `topic` from a thread of its own, round-robin over the
+    partitions, until stopped; a broker stop only delays them (the producer retries)."""
+
+    def __init__(self, stack, topic: str, rate: float, value_bytes: int = 100, partitions: int = 4):
+        import os
+        import threading
+
+        self._stack, self._topic, self._rate = stack, topic, rate
+        self._value_bytes, self._partitions = value_bytes, partitions
+        self._pool = os.urandom(value_bytes + 4096)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="steady-producer", daemon=True)
+        self.sent = 0
+        self.seconds = 0.0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> int:
+        """Stop producing and wait until every record is delivered; the number sent."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        return self.sent
+
+    def _run(self) -> None:
+        producer = self._stack.kafka().producer(**{"linger.ms": 5})
+        t0 = time.monotonic()
+        i = 0
+        while not self._stop.is_set():
+            while i < int((time.monotonic() - t0) * self._rate):
+                try:
+                    producer.produce(self._topic, value=self._pool[i % 4096: i % 4096 + self._value_bytes],
+                                     partition=i % self._partitions)
+                    i += 1
+                except BufferError:
+                    producer.poll(0.1)
+            producer.poll(0)
+            time.sleep(0.01)
+        self.seconds = time.monotonic() - t0
+        while producer.flush(10):
+            pass  # the broker may be down for a while: the producer retries
+        self.sent = i
+
+
 def faults(stack, folder: Path, rate: float, cores: int, commit_interval_ms: int = 30_000,
            kills: int = 3, value_bytes: int = 100, partitions: int = 4, say=print) -> dict:
     """The sink under the fault schedule, with records produced at `rate` throughout: its worker
@@ -251,33 +297,11 @@ def faults(stack, folder: Path, rate: float, cores: int, commit_interval_ms: int
     later: then it has written files that are not committed yet, the case a crash must not lose
     or commit twice (on a loaded machine, a fixed schedule would kill it before any commit).
     """
-    import os as _os
-    import threading
-
     topic = f"peer-faults-{uuid.uuid4().hex[:6]}"
     worker, cat, table, config = _peer(stack, folder, topic, partitions, commit_interval_ms, cores, say)
     connector = f"iceberg-{uuid.uuid4().hex[:6]}"
     events: list[dict] = []
-    stop = threading.Event()
-    sent = [0]
-
-    def produce() -> None:
-        producer = stack.kafka().producer(**{"linger.ms": 5})
-        pool = _os.urandom(value_bytes + 4096)
-        t0 = time.monotonic()
-        i = 0
-        while not stop.is_set():
-            while i < int((time.monotonic() - t0) * rate):
-                try:
-                    producer.produce(topic, value=pool[i % 4096: i % 4096 + value_bytes], partition=i % partitions)
-                    i += 1
-                except BufferError:
-                    producer.poll(0.1)
-            producer.poll(0)
-            time.sleep(0.01)
-        while producer.flush(10):
-            pass  # the broker may be down for a while: the producer retries
-        sent[0] = i
+    producer = SteadyProducer(stack, topic, rate, value_bytes, partitions)
 
     def after_a_commit(since: int) -> None:
         deadline = time.monotonic() + 3 * commit_interval_ms / 1000 + 300
@@ -285,13 +309,12 @@ def faults(stack, folder: Path, rate: float, cores: int, commit_interval_ms: int
             time.sleep(1)
         time.sleep(commit_interval_ms / 2000)
 
-    thread = threading.Thread(target=produce, daemon=True)
     waited = None
     try:
         worker.start()
         worker.put_connector(connector, config)
         started = time.monotonic()
-        thread.start()
+        producer.start()
         schedule = ["kill"] * kills
         schedule.insert(min(2, len(schedule)), "broker")
         committed = 0
@@ -311,8 +334,7 @@ def faults(stack, folder: Path, rate: float, cores: int, commit_interval_ms: int
                 stack.kafka_server.start()
             say(f"peer faults: {events[-1]}")
         time.sleep(commit_interval_ms / 1000)  # records keep coming after the last fault
-        stop.set()
-        thread.join()
+        producer.stop()
         source = read_source(stack, topic)
         try:
             wait_committed(worker, connector, cat, table, len(source), 3 * commit_interval_ms / 1000 + 600)
@@ -322,10 +344,11 @@ def faults(stack, folder: Path, rate: float, cores: int, commit_interval_ms: int
         time.sleep(commit_interval_ms / 1000 + 5)
         result = compare(source, table_rows(cat, table))
     finally:
-        stop.set()
+        producer.stop()
         with contextlib.suppress(Exception):
             worker.stop()
-    return {**result, "produced": sent[0], "faults": events, "wait_error": waited,
+    return {**result, "produced": producer.sent, "produced_s": producer.seconds, "faults": events,
+            "wait_error": waited,
             "commit_interval_ms": commit_interval_ms, "rate_per_s": rate,
             "snapshots": len(cat.load_table(table).snapshots()), "log": str(worker.log_file)}
 
@@ -400,8 +423,15 @@ def peer_main(args, say) -> int:
                 results["latency"][str(interval)] = latency(stack, logs, args.latency_rate, seconds, interval,
                                                             args.cores, say=say)
         if args.peer_faults:
+            from matos_dagster.bench.archive_faults import archive_faults
+
+            rate = 500 if args.quick else 1000
             say("peer faults: Connect worker SIGKILLed 3 times, broker stopped once")
-            results["faults"] = faults(stack, logs, 500 if args.quick else 1000, args.cores, say=say)
+            results["faults"] = f = faults(stack, logs, rate, args.cores, commit_interval_ms=BATCH_INTERVAL_MS, say=say)
+            # The same schedule, rate and time for the archive; its sensor looks as often as the sink commits.
+            say("archive faults: an archive run SIGKILLed 3 times, broker stopped once")
+            results["archive_faults"] = archive_faults(stack, logs, rate, seconds=f["produced_s"],
+                                                       sensor_interval_s=BATCH_INTERVAL_MS / 1000, say=say)
     results["finished"] = time.time()
     (out / "peer.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
     md = markdown(results, report)
@@ -467,12 +497,30 @@ def markdown(results: dict, report=None) -> str:
         for interval, l in results["latency"].items():
             lines.append(f"| commit every {int(interval) / 1000:g} s | {l['committed']:,} of {l['records']:,} | "
                          f"{l['median_s']:.1f} | {l['p95_s']:.1f} | {l['max_s']:.1f} | {l['snapshots']} |")
-    if results.get("faults"):
-        f = results["faults"]
-        lines += ["", f"Sink under faults ({', '.join(e['fault'] + ' at ' + str(e['at_s']) + ' s' for e in f['faults'])}): "
-                  f"{f['source']:,} source records, {f['rows']:,} rows; lost {f['lost']}, duplicated {f['duplicated']}, "
-                  f"mismatched {f['mismatched']}."]
+    lines += faults_markdown(results)
+    return "\n".join(lines) + "\n"
+
+
+def faults_markdown(results: dict) -> list[str]:
+    """The sink and the archive under the same fault schedule, side by side; each side's exact cases."""
+    sides = [(label, results[k]) for k, label in (("faults", "Iceberg sink"), ("archive_faults", "archive"))
+             if results.get(k)]
+    if not sides:
+        return []
+
+    def at(f: dict) -> str:
+        return "; ".join(f"{e['fault']} at {e['at_s']:g} s ({e['committed_before']:,} committed before)"
+                         + ("" if e.get("injected", True) else " **not injected**") for e in f["faults"])
+
+    lines = ["", "| under faults | records produced | source | rows | lost | duplicated | mismatched | verifier | faults |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
+    for label, f in sides:
+        check = f.get("verify")
+        verifier = "—" if check is None else (f"clean ({check['compared']:,} compared)" if check["ok"] else "**not clean**")
+        lines.append(f"| {label} | {f['produced']:,} in {f.get('produced_s', 0):.0f} s | {f['source']:,} | {f['rows']:,} | "
+                     f"{f['lost']} | {f['duplicated']} | {f['mismatched']} | {verifier} | {at(f)} |")
+    for label, f in sides:
         for k in ("lost_examples", "duplicated_examples", "mismatched_examples"):
             if f.get(k):
-                lines.append(f"- {k.replace('_', ' ')}: {f[k]}")
-    return "\n".join(lines) + "\n"
+                lines.append(f"- {label}, {k.replace('_', ' ')}: {f[k]}")
+    return lines
