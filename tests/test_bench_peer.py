@@ -93,24 +93,26 @@ def test_steady_rate_leaves_out_task_start_and_first_commit_wait():
     assert steady_rate([(0.0, 0), (5.0, 1100)], 1100) is None  # one commit held everything
 
 
-def run(records, seconds, client, rss_mib, files=None):
+def run(records, seconds, client, rss_mib, files=None, pss_mib=None):
+    memory = {"total": rss_mib * 1024**2, "pss_total": (pss_mib or rss_mib) * 1024**2}
     r = {"records": records, "seconds": seconds, "cpu": {"client": client, "kafka": 1.0, "swift": 1.0},
-         "memory": {"total": rss_mib * 1024**2}, "steady": None}
+         "memory": memory, "steady": None}
     if files is not None:
         r["files"] = {"files": files}
     return r
 
 
 def test_summary_and_table_give_the_ratios_against_the_targets():
-    runs = {"archive": [run(1000, 1.0, 2.0, 500), run(1000, 2.0, 2.0, 700)],
-            "peer": [run(1000, 4.0, 8.0, 1000, files=4)]}
+    runs = {"archive": [run(1000, 1.0, 2.0, 500, pss_mib=300), run(1000, 2.0, 2.0, 700, pss_mib=500)],
+            "peer": [run(1000, 4.0, 8.0, 1000, files=4, pss_mib=800)]}
     s = summarize(runs)
     assert s["archive"]["records_per_s"] == 750.0  # median of 1000 and 500
     assert s["archive"]["cpu_s_per_1k"] == {"client": 2.0, "kafka": 1.0, "swift": 1.0, "total": 4.0}
-    assert s["archive"]["peak_rss_mib"] == 600.0
+    assert s["archive"]["peak_rss_mib"] == 600.0 and s["archive"]["peak_pss_mib"] == 400.0
     assert s["peer"]["records_per_s"] == 250.0 and s["peer"]["files"] == 4
     md = markdown({"iceberg": "1.10.1", "connect": "4.1.0", "cores": 2, "setting": "quick", "repeat": 2,
                    "throughput_commit_interval_ms": 10_000,
                    "workloads": {"W1": {"records": 1000, "value_bytes": 1024, "summary": s}}})
-    assert "| W1 | 3.00× | 0.40× | 0.60× |" in md
-    assert "| W1 (1,000 × 1024 B) | Iceberg sink | 250 |" in md
+    # Memory: the target is the ratio of the sums of PSS (400 / 800), the sums of RSS beside it.
+    assert "| W1 | 3.00× | 0.40× | 0.50× | 0.60× |" in md
+    assert "| W1 (1,000 × 1024 B) | Iceberg sink | 250 | 8.0000 | 1.0000 | 1.0000 | 10.0000 | 800 | 1,000 |" in md

@@ -1,10 +1,19 @@
 """Peak resident memory of a process tree, sampled from /proc (Linux).
 
 A Spark run is a Python driver, its JVM (in local mode the executor lives in the same JVM)
-and the Python workers the JVM forks; each sample sums the RSS of every live process below
+and the Python workers the JVM forks; each sample sums the memory of every live process below
 the root, per kind, and the peaks are kept. Each Python worker's RSS is also kept over time:
 a worker runs one task at a time, so its peak above its RSS when the timed work started is
 the most one task held (`task_peaks`), which `make bench` compares with `object_bytes`.
+
+Two sums per sample. RSS (`/proc/<pid>/status` VmRSS) counts every page a process maps,
+so pages several processes share (pyspark's workers are forked from its daemon and share its
+pages copy-on-write; every Python maps the same libraries) count once per process: a sum of
+RSS overstates a tree of forked processes. PSS (`/proc/<pid>/smaps_rollup` Pss) charges
+each page 1/n to each of the n processes that map it, so a tree's sum of PSS is the memory the
+tree takes; for one process alone (a JVM) the two agree but for the libraries it shares with
+other processes. smaps_rollup walks the page tables (about a millisecond per hundred MiB
+mapped, against microseconds for status), hence the sampler's 0.5 s interval.
 """
 
 from __future__ import annotations
@@ -41,6 +50,18 @@ def _rss_kb(pid: int) -> int:
     return 0
 
 
+def _pss_kb(pid: int) -> int:
+    """Proportional set size: each resident page divided by the number of processes mapping it."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+            for line in f:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 def _kind(pid: int, root: int) -> str:
     try:
         cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
@@ -55,11 +76,12 @@ def _kind(pid: int, root: int) -> str:
     return "other"
 
 
-def tree_rss(root: int, workers: "WorkerTimeline | None" = None) -> dict[str, int]:
-    """RSS in bytes of `root` and all its descendants, summed per kind, plus 'total'
+def tree_memory(root: int, workers: "WorkerTimeline | None" = None) -> dict[str, int]:
+    """RSS and PSS in bytes of `root` and all its descendants, summed per kind: the RSS sums
+    under the kind's name and 'total', the PSS sums under 'pss_' + kind and 'pss_total'
     (and each Python worker's RSS into `workers`, if given)."""
     children = _children_map()
-    sums = dict.fromkeys(KINDS, 0)
+    sums = dict.fromkeys((*KINDS, *(f"pss_{k}" for k in KINDS)), 0)
     todo = [root]
     now = time.time()
     while todo:
@@ -67,10 +89,19 @@ def tree_rss(root: int, workers: "WorkerTimeline | None" = None) -> dict[str, in
         todo.extend(children.get(pid, []))
         kind, rss = _kind(pid, root), _rss_kb(pid) * 1024
         sums[kind] += rss
+        if rss:
+            sums[f"pss_{kind}"] += _pss_kb(pid) * 1024
         if workers is not None and kind == "python_workers" and rss:
             workers.add(now, pid, rss)
     sums["total"] = sum(sums[k] for k in KINDS)
+    sums["pss_total"] = sum(sums[f"pss_{k}"] for k in KINDS)
     return sums
+
+
+def tree_rss(root: int) -> dict[str, int]:
+    """RSS in bytes of `root` and all its descendants, summed per kind, plus 'total'."""
+    m = tree_memory(root)
+    return {k: m[k] for k in (*KINDS, "total")}
 
 
 class _Sampling:
@@ -100,20 +131,22 @@ class _Sampling:
 
 
 class PeakSampler(_Sampling):
-    """Samples `tree_rss(pid)` every `interval` seconds in a thread until stopped."""
+    """Samples `tree_memory(pid)` every `interval` seconds in a thread until stopped; `peaks`
+    holds the peak of each sum (RSS: the kinds and 'total'; PSS: 'pss_' + kind, 'pss_total'),
+    each over the same samples."""
 
-    def __init__(self, pid: int, interval: float = 0.2):
+    def __init__(self, pid: int, interval: float = 0.5):
         self.pid, self.interval = pid, interval
-        self.peaks = dict.fromkeys((*KINDS, "total"), 0)
+        self.peaks = dict.fromkeys((*KINDS, "total", *(f"pss_{k}" for k in KINDS), "pss_total"), 0)
         self.samples = 0
         self.workers = WorkerTimeline()  # each Python worker's RSS over time: per-task peaks
         self._start_thread()
 
     def sample(self) -> None:
-        rss = tree_rss(self.pid, self.workers)
-        if rss["total"]:
+        mem = tree_memory(self.pid, self.workers)
+        if mem["total"]:
             self.samples += 1
-            for k, v in rss.items():
+            for k, v in mem.items():
                 self.peaks[k] = max(self.peaks[k], v)
 
 
