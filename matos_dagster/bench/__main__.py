@@ -37,6 +37,17 @@ def say(msg: str) -> None:
     print(f"bench [{time.strftime('%H:%M:%S')}]: {msg}", flush=True)
 
 
+def settle() -> None:
+    """Write back the page cache's dirty data before a timed path.
+
+    Producing the workloads leaves gigabytes of Kafka's log unwritten, and every path writes
+    more (Swift's objects); Swift's object server fsyncs each object, and on ext4 (data=ordered)
+    an fsync waits for the journal, which waits for other files' dirty data. Measured: W1's
+    archive 44.8 s right after producing 4xW1, 7.6 s for the same records minutes later.
+    """
+    os.sync()
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m matos_dagster.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="small setting: W1 100,000 and W2 200,000 records")
@@ -135,11 +146,13 @@ def main(argv: list[str] | None = None) -> int:
                 topic = topics[name]
                 slices = [s for r in stack.ranges(topic) for s in r.slices(defaults.slice_records)]
                 tag = f"{name.lower()}-{rep}-{uuid.uuid4().hex[:4]}"
+                settle()
                 r = paths.read_limit(stack.bootstrap, slices, args.cores, servers)
                 runs[name]["read"].append(r)
                 say(f"{name} #{rep + 1} read limit: {r['records']:,} records in {r['seconds']:.2f}s")
 
                 container = f"bench-archive-{tag}"
+                settle()
                 a = paths.spark_run("archive", spec(topic, container, native_reader="1"), logs)
                 stack.drop_container(container)
                 runs[name]["archive"].append(a)
@@ -149,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
 
                 # The same archive with the Python slice reader, for the side-by-side table.
                 container = f"bench-archive-python-{tag}"
+                settle()
                 ap = paths.spark_run("archive", spec(topic, container, native_reader="0"), logs)
                 stack.drop_container(container)
                 runs[name]["archive_python"].append(ap)
@@ -156,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"{ap['seconds']:.2f}s")
 
                 container = f"bench-write-{tag}"
+                settle()
                 wl = paths.write_limit(stack.swift_params(container), a["object_sizes"], args.cores, servers)
                 stack.drop_container(container)
                 runs[name]["write"].append(wl)
@@ -163,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"in {wl['seconds']:.2f}s")
 
                 container = f"bench-sparkkafka-{tag}"
+                settle()
                 sk = paths.spark_run("spark-kafka", spec(topic, container, spark_conf={"spark.jars": ",".join(jars)}),
                                      logs)
                 stack.drop_container(container)
@@ -176,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
             # with the records: W1's ranges then span several slices and objects, as at full size.
             for name, runs_of in (("W1", memory1), ("4×W1", memory4)):
                 container = f"bench-memory-{rep}-{uuid.uuid4().hex[:6]}"
+                settle()
                 m = paths.spark_run("archive", spec(topics[name], container, slice_records=memory_slice,
                                                     object_bytes=memory_object), logs)
                 stack.drop_container(container)
