@@ -95,3 +95,105 @@ def test_the_fault_table_puts_both_sides_together_and_flags_a_fault_not_injected
     assert f"{KILL} at 2.5 s (2 committed before) **not injected**" in md
     assert "- Iceberg sink, duplicated examples: [{'partition': 0, 'offset': 3}]" in md
     assert peer.faults_markdown({}) == []
+
+
+class _Run:
+    def __init__(self, run_id: str, partition: int, start: int, end: int, status, archiving: bool, pid: int):
+        from matos_dagster.assets.archive import CLAIM_TAG
+        from matos_dagster.heartbeat import TAG
+        from matos_dagster.ranges import OffsetRange
+
+        self.run_id, self.status, self.job_name = run_id, status, "__ASSET_JOB"
+        self.tags = {"dagster/partition": OffsetRange("t", partition, start, end).key, CLAIM_TAG: "1.0",
+                     TAG: "2.0"}
+        self.archiving, self.pid = archiving, pid
+
+
+class _Instance:
+    """The instance as _Watch reads it: started runs, their events, a killed run turning FAILURE."""
+
+    def __init__(self, runs):
+        self.runs = {r.run_id: r for r in runs}
+
+    def get_runs(self, filters=None):
+        wanted = set(filters.statuses) if filters and filters.statuses else None
+        return [r for r in self.runs.values() if wanted is None or r.status in wanted]
+
+    def all_logs(self, run_id, of_type=None):
+        from types import SimpleNamespace
+
+        r = self.runs[run_id]
+        if of_type is not None:
+            return [SimpleNamespace(message=f"Started capturing logs in process (pid: {r.pid}).")]
+        return [SimpleNamespace(user_message="t/0 [0, 10): archiving in 1 Spark task(s) of up to 100000 offsets")
+                ] if r.archiving else [SimpleNamespace(user_message="waiting for its turn")]
+
+    def get_run_by_id(self, run_id):
+        from dagster import DagsterRunStatus
+
+        r = self.runs[run_id]
+        if r.status == DagsterRunStatus.STARTED and not _alive(r.pid):
+            r.status = DagsterRunStatus.FAILURE  # as the code server fails a run whose worker died
+        return r
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        return os.waitpid(pid, os.WNOHANG) == (0, 0)
+    except ChildProcessError:
+        return False
+
+
+class _Dev:
+    def __init__(self, pids):
+        self.pids = set(pids)
+
+    def check(self):
+        pass
+
+    def owns(self, pid):
+        return pid in self.pids
+
+
+class _Kafka:
+    def __init__(self, committed):
+        self.offsets = committed
+
+    def committed(self, topic, parts, group):
+        return dict(self.offsets)
+
+
+def test_a_kill_goes_only_to_a_run_inside_its_uncommitted_range_and_finding_none_is_recorded_not_injected():
+    import subprocess
+
+    from dagster import DagsterRunStatus
+
+    from matos_dagster.bench.archive_faults import _Watch
+
+    sleepers = [subprocess.Popen(["sleep", "60"]) for _ in range(4)]
+    try:
+        pids = [p.pid for p in sleepers]
+        runs = [
+            _Run("committed", 0, 0, 10, DagsterRunStatus.STARTED, True, pids[0]),  # its range committed already
+            _Run("waiting", 1, 0, 10, DagsterRunStatus.STARTED, False, pids[1]),  # not archiving yet
+            _Run("foreign", 2, 0, 10, DagsterRunStatus.STARTED, True, pids[2]),  # a PID not of our dagster dev
+            _Run("going", 3, 0, 10, DagsterRunStatus.STARTED, True, pids[3]),
+        ]
+        watch = _Watch(_Dev([pids[0], pids[1], pids[3]]), _Instance(runs), _Kafka({0: 10, 1: 0, 2: 0, 3: 4}),
+                       "t", [0, 1, 2, 3], "g")
+        event = watch.kill_a_going_run(timeout=30)
+        assert (event["injected"], event["run_id"], event["pid"]) == (True, "going", pids[3])
+        assert (event["partition_committed_before"], event["range_end"], event["committed_before"]) == (4, 10, 14)
+        assert event["run_status_after"] == "FAILURE"
+        assert [_alive(p) for p in pids] == [True, True, True, False]  # only the going run's worker died
+
+        # Nothing left to kill: recorded as not injected, for the test to fail on, never skipped.
+        event = watch.kill_a_going_run(timeout=1)
+        assert event["injected"] is False and "no archive run inside its range" in event["why"], event
+        assert [_alive(p) for p in pids] == [True, True, True, False]
+    finally:
+        for p in sleepers:
+            p.kill()
+            p.wait()
