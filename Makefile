@@ -18,7 +18,7 @@ install: $(STAMP) $(NATIVE)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test,bench]'
 	touch $(STAMP)
 
 # The native slice reader (matos_dagster/native): built with `cc` where librdkafka's header is

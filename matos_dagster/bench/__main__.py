@@ -18,7 +18,7 @@ import uuid
 from pathlib import Path
 
 from matos_dagster.bench import paths, report, spark_kafka
-from matos_dagster.bench.png import bar_chart
+from matos_dagster.bench.chart import throughput_png
 from matos_dagster.bench.stack import Workload, cache_dir, produce_workload, running_stack
 from matos_dagster.devstack.kafka import kafka_classpath
 from matos_dagster.topics import TopicConfig
@@ -111,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     results: dict = {"setting": setting, "repeat": args.repeat, "master": master, "started": time.time(),
                      "machine_cores": os.cpu_count() or 1, "load_average": os.getloadavg(),
-                     "spark": spark_version, "spark_sql_kafka": sk_version, "workloads": {}, "notes": notes}
+                     "spark": spark_version, "spark_sql_kafka": sk_version, "workloads": {}, "notes": notes,
+                     "object_bytes": defaults.object_bytes}
     with running_stack() as stack:
         servers = paths.server_pids(stack)  # for the CPU accounting
         topics, setup = {}, {}
@@ -215,14 +216,9 @@ def main(argv: list[str] | None = None) -> int:
                 produce[kind].append(p)
                 say(f"produce #{rep + 1} {kind}: {p['records_per_s']:,.0f} records/s")
 
-        for name in ("W1", "W2"):
-            w = runs[name]
-            results["workloads"][name] = {
-                "records": workloads[name].records, "value_bytes": workloads[name].value_bytes,
-                "runs": w, "throughput": report.throughput(w), "ratios": report.ratios(w),
-                "cpu": report.cpu(w, results["machine_cores"]),
-                "readers": report.readers(w),
-            }
+        for name in ("W1", "W2"):  # their figures: report.summarize, below
+            results["workloads"][name] = {"records": workloads[name].records,
+                                          "value_bytes": workloads[name].value_bytes, "runs": runs[name]}
         results["memory"] = memory_summary(memory1, memory4, memory_object)
         lj = [p["records_per_s"] for p in produce["load_job"]]
         pp = [p["records_per_s"] for p in produce["producer_performance"]]
@@ -245,14 +241,13 @@ def main(argv: list[str] | None = None) -> int:
             results["latency"] = latency.measure(stack, logs, args.latency_rate, seconds)
             say(f"latency: median {results['latency']['median_s']}s, p95 {results['latency']['p95_s']}s")
 
-    results["targets"] = report.targets(results)
     results["finished"] = time.time()
     results["load_average_finished"] = os.getloadavg()
+    report.summarize(results)  # every workload's figures and the targets
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
     md = report.markdown(results)
     (out / "results.md").write_text(md)
-    (out / "throughput.png").write_bytes(bar_chart(
-        f"matos-dagster bench ({setting}): throughput per path", report.chart_groups(results)))
+    (out / "throughput.png").write_bytes(throughput_png(results))
     print(md)
     say(f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / 'throughput.png'}")
     return 0
