@@ -13,3 +13,16 @@ and Swift (started on free ports in a temporary folder, stopped by PID at the en
 Plus peak memory, the lag sensor's tick time on a big instance and, with `--latency`, the
 time from a record produced to its manifest in Swift with `dagster dev` running.
 """
+
+import signal as _signal
+
+
+def unwind_on_sigterm() -> None:
+    """Make SIGTERM unwind like Ctrl-C, so the `finally` blocks that stop Kafka, Swift, Spark
+    Connect and Connect workers by PID run (by default SIGTERM ends the process at once and
+    leaves them running: found killing a bench run)."""
+
+    def _exit(signum, frame):
+        raise SystemExit(128 + signum)
+
+    _signal.signal(_signal.SIGTERM, _exit)

@@ -17,7 +17,7 @@ import time
 import uuid
 from pathlib import Path
 
-from matos_dagster.bench import paths, report, spark_kafka
+from matos_dagster.bench import paths, report, spark_kafka, unwind_on_sigterm
 from matos_dagster.bench.chart import throughput_png
 from matos_dagster.bench.stack import Workload, cache_dir, produce_workload, running_stack
 from matos_dagster.devstack.kafka import kafka_classpath
@@ -295,4 +295,5 @@ def memory_summary(w1: list[dict], w4: list[dict], object_bytes: int) -> dict:
 
 
 if __name__ == "__main__":
+    unwind_on_sigterm()
     sys.exit(main())

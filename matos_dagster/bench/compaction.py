@@ -164,4 +164,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from matos_dagster.bench import unwind_on_sigterm
+
+    unwind_on_sigterm()
     main()

@@ -106,4 +106,7 @@ def _cumulative(stats: pstats.Stats, where: str, name: str) -> float:
 
 
 if __name__ == "__main__":
+    from matos_dagster.bench import unwind_on_sigterm
+
+    unwind_on_sigterm()
     raise SystemExit(main())

@@ -363,4 +363,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from matos_dagster.bench import unwind_on_sigterm
+
+    unwind_on_sigterm()
     sys.exit(main())
