@@ -8,6 +8,9 @@ Kafka and Swift; no Spark (the task's own code, in this process).
 
 from __future__ import annotations
 
+import dataclasses
+import random
+import re
 import uuid
 
 import pytest
@@ -123,6 +126,40 @@ def test_both_readers_skip_aborted_records_and_markers_alike(start, end, kafka, 
     assert got["native"] == got["python"]
     offsets = [r["offset"] for data in got["native"][1] for r in decode_object(data, "parquet")]
     assert offsets == [o for o in [*range(0, 5), *range(12, 17)] if start <= o < end]
+
+
+@pytest.mark.parametrize("reader", READERS)
+def test_a_slice_larger_than_the_prefetch_bound_never_waits_long_for_its_next_fetch(
+        reader, kafka, swift, new_topic, monkeypatch, capfd):
+    # The slice consumer prefetches at most 8 MiB (memory per task). When its queue holds that
+    # much, librdkafka postpones the partition's next fetch by fetch.queue.backoff.ms, 1,000 ms
+    # by default: a task then read at most 8 MiB a second and waited the rest (W1's archive,
+    # 1 GB, took 44.8 s instead of 12.9; both readers). librdkafka logs each of those
+    # postponements with its length (debug=fetch, to stderr): the slice must fill the queue at
+    # least once (else this tests nothing) and never be held back for more than 50 ms (the
+    # queue drains in about 100 ms at a task's speed). Not a timing: the lengths are librdkafka's.
+    topic = new_topic(partitions=1, **KEEP)
+    n = 32 * 1024  # 32 MiB of records, four times the prefetch bound
+    # In large record batches, as a busy producer writes them (the bench's settings): fetched
+    # 1 MiB at a time, they fill the queue faster than a task empties it.
+    p = kafka.producer(**{"linger.ms": 20, "batch.size": 1_000_000, "compression.type": "lz4"})
+    values = random.Random(3).randbytes(n + 1024)  # incompressible, as the bench's
+    for i in range(n):
+        p.produce(topic, value=values[i:i + 1024], partition=0, timestamp=1_700_000_000_000 + i)
+        if i % 1000 == 0:
+            p.poll(0)
+    assert p.flush(60) == 0
+    del p  # its threads end now, not when a failure's traceback is dropped
+    capfd.readouterr()
+    with swift.store() as store:
+        job = job_for(kafka, store, topic, 0, n)
+        job = dataclasses.replace(job, kafka_conf={**job.kafka_conf, "debug": "fetch"})
+        written = run(reader, monkeypatch, job)
+    log = capfd.readouterr().err
+    assert sum(o["records"] for o in written) == n and {o["reader"] for o in written} == {reader}
+    waits = [int(ms) for ms in re.findall(r"Fetch backoff for (\d+)ms: Local: Queue full", log)]
+    assert waits, "the prefetch queue never filled: this slice does not exercise the bound"
+    assert max(waits) <= 50, f"librdkafka held the slice's fetches back {len(waits)} times, up to {max(waits)} ms"
 
 
 def test_a_record_above_max_record_bytes_fails_both_readers_with_the_same_message(
