@@ -96,7 +96,8 @@ def _run(stack, tmp: Path, rate, seconds, kills, value_bytes, partitions, sensor
             producer.start()
             committed = 0
             for kind in schedule(kills):
-                watch.committed_since(committed, 3 * sensor_interval_s + 600)
+                # On a loaded machine a fixed schedule could fault before any commit; bounded all the same.
+                after_commit = watch.committed_since(committed, 3 * sensor_interval_s + 600)
                 if kind == KILL:
                     event = watch.kill_a_going_run(find_run_s)
                 else:
@@ -107,6 +108,7 @@ def _run(stack, tmp: Path, rate, seconds, kills, value_bytes, partitions, sensor
                     time.sleep(BROKER_DOWN_S)
                     stack.kafka_server.start()
                 event["at_s"] = round(event.pop("t", time.monotonic()) - started, 1)
+                event["after_a_commit"] = after_commit
                 events.append(event)
                 committed = watch.total()
                 say(f"archive faults: {event}")
@@ -117,7 +119,7 @@ def _run(stack, tmp: Path, rate, seconds, kills, value_bytes, partitions, sensor
             t = time.monotonic()
             drained = watch.drained(drain_s)
             drain_took = round(time.monotonic() - t, 1)
-            runs = watch.run_counts()
+            runs = watch.run_counts(settle_s=120)
         finally:
             producer.stop()
             instance.dispose()
@@ -253,8 +255,19 @@ class _Watch:
         return {"fault": KILL, "injected": False, "committed_before": self.total(),
                 "why": f"no archive run inside its range (started, beating, archiving, not committed) within {timeout:.0f} s"}
 
-    def run_counts(self) -> dict:
-        """The topic's archive runs by status (the killed ones failed, the ranges archived again)."""
+    def run_counts(self, settle_s: float = 0) -> dict:
+        """The topic's archive runs by status (the killed ones failed, the ranges archived again),
+        once none is going any more (a run that committed the last range may still be ending) or
+        after `settle_s`."""
+        deadline = time.monotonic() + settle_s
+        while True:
+            counts = self._counts()
+            going = sum(n for status, n in counts.items() if status not in ("SUCCESS", "FAILURE", "CANCELED"))
+            if not going or time.monotonic() > deadline:
+                return counts
+            time.sleep(2)
+
+    def _counts(self) -> dict:
         from matos_dagster.ranges import MalformedKey, parse_key
 
         counts: dict[str, int] = {}

@@ -59,7 +59,7 @@ def stack_settings(stack, container: str, spark_url: str, sensor_interval_s: flo
 
 
 @contextlib.contextmanager
-def running(folder: Path, topics_yaml: str, settings: dict[str, str], answer_timeout: float = 180):
+def running(folder: Path, topics_yaml: str, settings: dict[str, str], answer_timeout: float = 300):
     """`dagster dev` in `folder`, answering, for the block; its whole process group stopped at the end."""
     (folder / "topics.yaml").write_text(topics_yaml)
     (folder / "workspace.yaml").write_text(WORKSPACE)
