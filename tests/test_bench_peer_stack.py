@@ -74,6 +74,8 @@ def test_archive_under_run_kills_and_a_broker_stop_loses_duplicates_and_mismatch
     # Each killed run was archiving a range not yet committed, and ended failed (not finished first).
     assert all(f["partition_committed_before"] < f["range_end"] and f["run_status_after"] == "FAILURE"
                for f in kills), kills
+    # The product recovered by itself: a later run of each killed range succeeded.
+    assert all(f["range_archived_again_after_s"] is not None for f in kills), kills
     assert all(f["committed_before"] > 0 for f in r["faults"])  # each came after a commit
     assert r["drained"], "the archive's committed offsets did not reach the log end"
     assert r["source"] == r["produced"] > 0

@@ -120,6 +120,9 @@ def _run(stack, tmp: Path, rate, seconds, kills, value_bytes, partitions, sensor
             drained = watch.drained(drain_s)
             drain_took = round(time.monotonic() - t, 1)
             runs = watch.run_counts(settle_s=120)
+            for event in events:
+                if event.get("run_id"):
+                    event["range_archived_again_after_s"] = watch.archived_again_after(event["run_id"])
         finally:
             producer.stop()
             instance.dispose()
@@ -254,6 +257,19 @@ class _Watch:
             time.sleep(0.5)
         return {"fault": KILL, "injected": False, "committed_before": self.total(),
                 "why": f"no archive run inside its range (started, beating, archiving, not committed) within {timeout:.0f} s"}
+
+    def archived_again_after(self, run_id: str) -> float | None:
+        """Seconds from the killed run's end (its failure) to the end of a later successful run of its range."""
+        from dagster import DagsterRunStatus, RunsFilter
+
+        killed = self.instance.get_run_records(filters=RunsFilter(run_ids=[run_id]))
+        if not killed or killed[0].end_time is None:
+            return None
+        key = killed[0].dagster_run.tags.get("dagster/partition")
+        ends = [r.end_time for r in self.instance.get_run_records(
+            filters=RunsFilter(tags={"dagster/partition": key}, statuses=[DagsterRunStatus.SUCCESS]))
+            if r.dagster_run.run_id != run_id and r.end_time]
+        return round(min(ends) - killed[0].end_time, 1) if ends else None
 
     def run_counts(self, settle_s: float = 0) -> dict:
         """The topic's archive runs by status (the killed ones failed, the ranges archived again),
