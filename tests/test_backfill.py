@@ -3,12 +3,16 @@
 A `dagster dev` (what `make run` / `dg dev` run: the UI and the daemon) runs the backfills here:
 the feature is the daemon's, and the UI's launch is sent to its webserver. The topic's batch thresholds are never reached, so its lag sensor
 requests nothing and every range is archived by the backfill alone. Those daemon tests take
-minutes (the daemon's backfill iterations, a run per range): `slow`, in `make test-all`. What the
-command submits, and its refusals, are checked without a daemon in `make test`.
+minutes (the daemon's backfill iterations, a run per range): `slow`, in `make test-all`, on both
+storages of the instance (sqlite, and PostgreSQL on a real server). What the command submits, its
+refusals, and the archive's offset order (a run archives the pending ranges below its own first)
+are checked without a daemon in `make test`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -23,6 +27,7 @@ from matos_dagster.jobs import backfill as bf
 from matos_dagster.ranges import OffsetRange
 from matos_dagster.resources import SwiftResource
 from matos_dagster.settings import PROJECT_ROOT
+from pg_server import new_database, running_postgres
 from test_daemon import Dev, dev_project, running_dev, shows_log, wait_for
 
 BIN = Path(sys.executable).parent
@@ -31,21 +36,37 @@ GROUP = "matos-archiver"
 MATOS = [sys.executable, "-m", "matos_dagster"]
 
 
+def pytest_generate_tests(metafunc):
+    """The daemon tests on both storages, as tests/test_daemon.py's ON_POSTGRES: the local instance
+    (dagster.yaml: sqlite), then the production one (dagster.postgres.yaml) on a real PostgreSQL
+    server (tests/pg_server.py). Module-scoped: every sqlite test on one `dagster dev`, then the
+    PostgreSQL ones on another (test ids end in [sqlite] or [postgres])."""
+    if "daemon" in metafunc.fixturenames:
+        metafunc.parametrize("daemon", ["sqlite", "postgres"], indirect=True, scope="module")
+
+
 @pytest.fixture(scope="module")
-def daemon(tmp_path_factory, kafka, kafka_server, swift_server, connect_server):
+def daemon(request, tmp_path_factory, kafka, kafka_server, swift_server, connect_server):
     """`dagster dev` (webserver and daemon, as `make run`), for a topic whose lag sensor stays out of it."""
-    tmp = tmp_path_factory.mktemp("backfill")
-    topic = f"bf-{uuid.uuid4().hex[:8]}"
-    # Ranges of at most 50 offsets; batch thresholds never reached: the lag sensor requests nothing.
-    env = dev_project(
-        tmp, f"topics:\n  - name: {topic}\n    group: {GROUP}\n"
-             "    batch: {records: 100000000, age_s: 100000000, max_range_records: 50}\n",
-        f"bf-{uuid.uuid4().hex[:8]}",
-        MATOS_MONITOR_CRON="0 0 1 1 *",  # the monitor's schedule stays out of the run queue
-        MATOS_KAFKA_BOOTSTRAP_SERVERS=kafka_server.bootstrap_servers,
-        MATOS_SWIFT_AUTH_URL=swift_server.auth_url,
-        MATOS_SPARK_MASTER=connect_server.url)
-    with running_dev(env, topic, LOGS / "dagster-dev.log") as d:
+    storage = request.param
+    with contextlib.ExitStack() as stack:
+        instance_env = {}
+        if storage == "postgres":
+            server = stack.enter_context(running_postgres())  # stopped after dagster dev
+            instance_env = server.instance_env(new_database(server, "backfill"))
+        tmp = tmp_path_factory.mktemp(f"backfill-{storage}")
+        topic = f"bf-{uuid.uuid4().hex[:8]}"
+        # Ranges of at most 50 offsets; batch thresholds never reached: the lag sensor requests nothing.
+        env = dev_project(
+            tmp, f"topics:\n  - name: {topic}\n    group: {GROUP}\n"
+                 "    batch: {records: 100000000, age_s: 100000000, max_range_records: 50}\n",
+            f"bf-{uuid.uuid4().hex[:8]}", instance_env,
+            MATOS_MONITOR_CRON="0 0 1 1 *",  # the monitor's schedule stays out of the run queue
+            MATOS_KAFKA_BOOTSTRAP_SERVERS=kafka_server.bootstrap_servers,
+            MATOS_SWIFT_AUTH_URL=swift_server.auth_url,
+            MATOS_SPARK_MASTER=connect_server.url)
+        log = LOGS / ("dagster-dev.log" if storage == "sqlite" else f"dagster-dev-{storage}.log")
+        d = stack.enter_context(running_dev(env, topic, log, instance_env))
         wait_for("the backfill daemon heartbeats", lambda: bf.daemon_running(d.instance), 300, d, every=2)
         yield d
 
@@ -60,10 +81,13 @@ def backfills_of(d: Dev, topic: str):
 
 
 def archived_exactly_once(d: Dev, kafka, partitions: int) -> None:
-    """Every record of the topic in exactly one range, the committed offsets at the log end."""
+    """Every record of the topic in exactly one range, the committed offsets at the log end, and
+    per topic partition the ranges archived in offset order (each manifest written after those below it)."""
     swift = SwiftResource(auth_url=d.env["MATOS_SWIFT_AUTH_URL"], user="test:tester", key="testing",
                           container=d.container)
     with swift.store() as store:
+        stamps = _manifest_stamps(store, d.topic)
+        assert archived_in_offset_order(stamps), sorted(stamps.items())
         committed = check_archive(kafka, store, d.topic, GROUP)
         assert committed == {p: h for p, (_, h) in kafka.watermarks(d.topic, list(range(partitions))).items()}
         for p in range(partitions):
@@ -101,6 +125,83 @@ def test_one_command_archives_everything_pending_as_one_backfill_the_daemon_runs
     again = matos(d, "backfill", d.topic)
     assert again.returncode == 0 and again.stdout.strip() == f"nothing pending in {d.topic}: no backfill"
     assert len(backfills_of(d, d.topic)) == 1
+
+
+def _manifest_stamps(store, topic: str) -> dict[tuple[int, int, int], float]:
+    """Swift's X-Timestamp of each range's manifest (set when it was PUT): the order ranges were archived in."""
+    from matos_dagster import layout
+
+    _, items = store._conn.get_container(store.container, full_listing=True)
+    out = {}
+    for item in items:
+        if item["name"].endswith("/" + layout.MANIFEST):
+            doc = json.loads(store.get(item["name"]))
+            if doc["topic"] == topic:
+                stamp = store._conn.head_object(store.container, item["name"])["x-timestamp"]
+                out[(doc["partition"], doc["start"], doc["end"])] = float(stamp)
+    return out
+
+
+def archived_in_offset_order(stamps: dict[tuple[int, int, int], float]) -> bool:
+    """Per topic partition, each range's manifest was written after those of the ranges below it."""
+    by_partition: dict[int, list[tuple[int, float]]] = {}
+    for (p, start, _), t in stamps.items():
+        by_partition.setdefault(p, []).append((start, t))
+    return all([t for _, t in sorted(v)] == sorted(t for _, t in v) for v in by_partition.values())
+
+
+def test_a_run_archives_the_pending_ranges_below_its_own_first_in_offset_order(
+        tmp_path, kafka, new_topic, swift, spark_resource):
+    """Issue 18.4's "in offset order per partition" whatever order Dagster starts a backfill's runs in:
+    the run of range 3, first to have its turn, archives 1 and 2 (registered, pending) and then 3;
+    the runs of 1 and 2 that come later only verify theirs, with the range's metadata from its manifest."""
+    from dagster import materialize
+
+    from matos_dagster import layout
+    from matos_dagster.assets.archive import archive_asset
+    from matos_dagster.resources import SparkResource
+    from matos_dagster.topics import TopicConfig
+    from matos_dagster.verify import verify_topic
+
+    topic = new_topic()
+    produce(kafka, topic, [(b"k", f"v{i}".encode(), []) for i in range(30)])
+    cfg = TopicConfig(name=topic, group=f"g-{uuid.uuid4().hex[:8]}")
+    one, two, three = (OffsetRange(topic, 0, a, a + 10) for a in (0, 10, 20))
+    with DagsterInstance.local_temp(str(tmp_path)) as instance:
+        instance.add_dynamic_partitions(cfg.partitions_name, [one.key, two.key, three.key])
+        result = materialize([archive_asset(cfg)], partition_key=three.key, instance=instance,
+                             resources={"kafka": kafka, "swift": swift, "spark": spark_resource})
+        (mat,) = result.asset_materializations_for_node(cfg.asset_name)
+        assert mat.metadata["archived_first"].value == [one.key, two.key]
+        assert mat.metadata["archived_first_records"].value == 20
+        assert mat.metadata["records_written"].value == 10 and mat.metadata["committed_offset"].value == 30
+        with swift.store() as store:
+            stamps = _manifest_stamps(store, topic)
+            assert sorted(stamps) == [(0, 0, 10), (0, 10, 20), (0, 20, 30)]
+            assert stamps[(0, 0, 10)] < stamps[(0, 10, 20)] < stamps[(0, 20, 30)]  # 1, 2, 3: offset order
+            docs = {(d["start"], d["end"]): d for d in manifests(store, topic)}
+
+        # The runs of 1 and 2, when the queue starts them: archived already, so only verified (no Spark).
+        nowhere = SparkResource(master="sc://127.0.0.1:9")
+        for r in (one, two):
+            later = materialize([archive_asset(cfg)], partition_key=r.key, instance=instance,
+                                resources={"kafka": kafka, "swift": swift, "spark": nowhere}, raise_on_error=False)
+            assert later.success, [e.message for e in later.all_events if e.is_failure]
+            (m,) = later.asset_materializations_for_node(cfg.asset_name)
+            doc = docs[(r.start, r.end)]
+            assert m.metadata["already_archived"].value is True and m.metadata["records_written"].value == 0
+            assert "archived_first" not in m.metadata  # nothing below it was pending
+            assert {k: m.metadata[k].value for k in ("records", "bytes", "record_bytes", "objects", "start", "end",
+                                                      "first_offset", "last_offset", "manifest")} == {
+                "records": doc["records"], "bytes": doc["bytes"], "record_bytes": doc["record_bytes"],
+                "objects": len(doc["objects"]), "start": r.start, "end": r.end, "first_offset": doc["first_offset"],
+                "last_offset": doc["last_offset"], "manifest": layout.manifest_name(
+                    layout.join(swift.prefix, cfg.prefix), r)}
+    with swift.store() as store:
+        assert _manifest_stamps(store, topic) == stamps, "a manifest was written twice"
+        assert check_archive(kafka, store, topic, cfg.group) == {0: 30}
+        report = verify_topic(kafka, store, layout.join(store.params.prefix, cfg.prefix), cfg, sample=None)
+        assert report.ok, report.render()
 
 
 def test_the_command_records_one_backfill_of_exactly_the_pending_ranges(tmp_path, kafka, kafka_server, swift_server):

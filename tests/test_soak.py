@@ -9,6 +9,9 @@ is tests/test_crashed_run.py's: the heartbeat rule fails such a run within about
 
 Then producing stops, the group must reach the log end of every partition, and the verifier
 compares every archived record with Kafka. Numbers go to test-output/<test>/soak.json.
+
+On both storages of the Dagster instance (test ids [sqlite] and [postgres]): the local one and
+the production one on a real PostgreSQL server, as tests/test_daemon.py's ON_POSTGRES cases.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from matos_dagster.resources import SwiftResource
 from matos_dagster.settings import PROJECT_ROOT
 from matos_dagster.topics import TopicConfig
 from matos_dagster.verify import verify_topic
+from pg_server import new_database, running_postgres
 from test_daemon import Dev, dev_project, shows_log, start_dev, stop_dev, wait_answers
 from test_faults import busiest_python_worker, kafka_answers, stop_swift_proxy
 
@@ -105,29 +109,42 @@ class Producer(threading.Thread):
         return ts[order[k]] if k < len(order) else None
 
 
-def _start_dev(tmp, kafka_server, swift_server, topic: str) -> Dev:
+@pytest.fixture(params=["sqlite", "postgres"])
+def instance_env(request):
+    """The Dagster instance's storage: the local one (dagster.yaml: sqlite, {}), or the production
+    one (dagster.postgres.yaml) on a real PostgreSQL server (tests/pg_server.py), stopped after the
+    test's `dagster dev`. As tests/test_daemon.py's ON_POSTGRES cases."""
+    if request.param == "sqlite":
+        yield {}
+        return
+    with running_postgres() as server:
+        yield server.instance_env(new_database(server, "soak"))
+
+
+def _start_dev(tmp, kafka_server, swift_server, topic: str, instance_env: dict[str, str]) -> Dev:
     env = dev_project(
         tmp, f"topics:\n  - name: {topic}\n    group: {GROUP}\n    batch: {{records: 500, age_s: 10}}\n",
-        f"soak-{uuid.uuid4().hex[:8]}",
+        f"soak-{uuid.uuid4().hex[:8]}", instance_env,
         MATOS_SENSOR_INTERVAL_S="10",
         MATOS_KAFKA_BOOTSTRAP_SERVERS=kafka_server.bootstrap_servers,
         MATOS_SWIFT_AUTH_URL=swift_server.auth_url,
         MATOS_SPARK_MASTER="local[1]",
         MATOS_SPARK_CONF="spark.ui.enabled=false;spark.sql.shuffle.partitions=1",
     )
-    return start_dev(env, topic, LOGS / "dagster-dev.log")
+    log = LOGS / ("dagster-dev.log" if not instance_env else "dagster-dev-postgres.log")
+    return start_dev(env, topic, log, instance_env)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(3600)
-def test_soak_under_faults(tmp_path_factory, kafka, kafka_server, swift_server, output_dir):
+def test_soak_under_faults(tmp_path_factory, kafka, kafka_server, swift_server, output_dir, instance_env):
     tmp = tmp_path_factory.mktemp("soak")
     topic = f"soak-{uuid.uuid4().hex[:8]}"
     admin = kafka.admin()
     admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])[topic].result(30)
     del admin
     parts = list(range(PARTITIONS))
-    dev = _start_dev(tmp, kafka_server, swift_server, topic)
+    dev = _start_dev(tmp, kafka_server, swift_server, topic, instance_env)
     faults: list[dict] = []
     samples: list[dict] = []
     producer = Producer(kafka, topic)

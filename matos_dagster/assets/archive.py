@@ -14,8 +14,8 @@ from dagster import (
     asset,
 )
 
-from matos_dagster import heartbeat, iceberg, turns
-from matos_dagster.archive import Archived, archive_range
+from matos_dagster import heartbeat, iceberg, offset_order, turns
+from matos_dagster.archive import Archived, DataLoss, RangeRefused, archive_range
 from matos_dagster.dead_runs import beating, waits_for
 from matos_dagster.ranges import KEY_FORM, OffsetRange, parse_key
 from matos_dagster.resources import KafkaResource, SparkResource, SwiftResource
@@ -66,18 +66,38 @@ def archive_asset(topic: TopicConfig) -> AssetsDefinition:
                            mine=mine)
         with swift.store() as store:
             # Spark only if there is something to write: a range already archived is only verified.
-            done = archive_range(r, topic, kafka, store, lambda: spark.spark_session, say=context.log.info)
+            def archive(x):
+                return archive_range(x, topic, kafka, store, lambda: spark.spark_session, say=context.log.info)
+
+            # The pending ranges below this one first, in offset order (offset_order.py).
+            keys = context.instance.get_dynamic_partitions(topic.partitions_name)
+            first = offset_order.archive_first(r, offset_order.plan(r, topic, kafka, store, keys), archive,
+                                               (RangeRefused, DataLoss), context.log.info, context.log.warning)
+            done = archive(r)
             location = f"{store.url}/{store.container}/{done.manifest_name.rsplit('/', 1)[0]}/"
             table = _table_state(store, topic, r.partition, context.log.warning)
-        for note in done.notes:
+        for note in [n for a in first.archived for n in a.notes] + done.notes:
             context.log.warning(note)
         meta = metadata(done, location)
         if table is not None:
             meta.update(table_metadata(table))
         meta["waited_for_other_runs_s"] = MetadataValue.float(round(waited, 3))
+        if first.archived or first.stopped_at is not None:
+            meta.update(first_metadata(first))
         return MaterializeResult(metadata=meta)
 
     return _archive
+
+
+def first_metadata(first: offset_order.First) -> dict:
+    """The ranges this run archived before its own (offset order), and where it stopped short."""
+    meta = {
+        "archived_first": MetadataValue.json([a.range.key for a in first.archived]),
+        "archived_first_records": MetadataValue.int(sum(a.records_written for a in first.archived)),
+    }
+    if first.stopped_at is not None:
+        meta["not_archived_first"] = MetadataValue.text(f"{first.stopped_at.key}: {first.reason}")
+    return meta
 
 
 def _table_state(store, topic: TopicConfig, partition: int, warn) -> iceberg.TableState | None:

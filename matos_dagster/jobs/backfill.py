@@ -9,11 +9,13 @@ like a backfill launched from the asset's page: one run per range through the ru
 range its own partition with its own materialisation and metadata, and the backfill's page
 (Runs -> Backfills) shows its progress per partition.
 
-Order: Dagster does not promise an order among a backfill's runs, and the queue starts two at
-once. What keeps the archive exact in any order: runs of one topic partition take turns
-(turns.py), and the committed offset only advances over contiguous archived ranges, so a later
-range archived first leaves the committed offset where it was until the earlier one is in, which
-then commits both (tests/test_archive.py, the contiguous-prefix test); nothing waits or fails.
+Order: Dagster does not promise an order among a backfill's runs (1.13 requests them sorted by
+partition key, which is offset order within a topic partition, but the queue starts two at once
+and their processes race to their first step). The archive is written in offset order anyway:
+runs of one topic partition take turns (turns.py), and the run that has the turn first archives
+the pending ranges below its own (offset_order.py), so the ranges' manifests and commits come in
+offset order per partition; the later runs of those ranges only verify them. Nothing waits for a
+run the queue has not started.
 """
 
 import time
