@@ -42,8 +42,9 @@ def settle() -> None:
 
     Producing the workloads leaves gigabytes of Kafka's log unwritten, and every path writes
     more (Swift's objects); Swift's object server fsyncs each object, and on ext4 (data=ordered)
-    an fsync waits for the journal, which waits for other files' dirty data. Measured: W1's
-    archive 44.8 s right after producing 4xW1, 7.6 s for the same records minutes later.
+    an fsync's journal commit can wait for other files' dirty data. So each timed path starts
+    with no other path's writeback pending. (A slow W1 archive, 44.8 s, was first suspected to
+    be this; it was the slice consumer's fetch backoff, see slice_task.py.)
     """
     os.sync()
 
