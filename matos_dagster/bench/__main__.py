@@ -75,7 +75,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "sink on W1 and W2, the sink's latency at two commit intervals (--no-latency to skip)")
     p.add_argument("--no-latency", action="store_true", help="--peer without the sink's latency runs")
     p.add_argument("--peer-faults", action="store_true",
-                   help="--peer: also the sink under faults (worker SIGKILLed 3 times, broker stopped once)")
+                   help="--peer: also the sink and then the archive under the same faults (the Connect worker "
+                        "or an archive run SIGKILLed 3 times, the broker stopped once), compared record by record")
     return p.parse_args(argv)
 
 
