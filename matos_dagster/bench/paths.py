@@ -22,54 +22,22 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from matos_dagster.bench.memory import PeakSampler, _children_map
+from matos_dagster.bench.cpu import cpu_sample, cpu_used
+from matos_dagster.bench.memory import PeakSampler
 from matos_dagster.devstack.kafka import _java
 from matos_dagster.devstack.process import read_pid
 from matos_dagster.ranges import OffsetRange
 from matos_dagster.store import SwiftParams
 
 # ---------------------------------------------------------------------- CPU accounting
-# CPU-seconds of given processes only (from /proc/<pid>/stat), not of the whole machine: the
-# path's own processes ("client") and the stack's servers, so other load does not count.
-
-TICK = os.sysconf("SC_CLK_TCK")
+# CPU-seconds of given processes only (bench/cpu.py), not of the whole machine: the path's own
+# processes ("client") and the stack's servers, so other load does not count.
 
 
 def server_pids(stack) -> dict[str, list[int]]:
     """The PIDs of the Kafka broker and of the Swift servers of a running bench stack."""
     swift = [read_pid(f) for f in stack.swift_server.pid_files.values()]
     return {"kafka": [p for p in [read_pid(stack.kafka_server.pid_file)] if p], "swift": [p for p in swift if p]}
-
-
-def cpu_ticks(pid: int) -> int:
-    """utime + stime of `pid`, plus those of the children it has reaped (cutime + cstime)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0  # gone
-    return sum(int(f) for f in fields[11:15])  # fields 14-17 of stat
-
-
-def tree(root: int) -> list[int]:
-    """`root` and all its descendants."""
-    children = _children_map()
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(children.get(pid, []))
-    return out
-
-
-def cpu_sample(groups: dict[str, list[int]]) -> dict[str, int]:
-    """Clock ticks used so far by each group of processes."""
-    return {k: sum(map(cpu_ticks, pids)) for k, pids in groups.items()}
-
-
-def cpu_used(before: dict[str, int], after: dict[str, int]) -> dict[str, float]:
-    """CPU-seconds between two samples. Totals, not per PID: a process that ended in between was
-    reaped by its parent in the tree, whose cutime/cstime then holds all of its time."""
-    return {k: (after[k] - before.get(k, 0)) / TICK for k in after}
 
 
 # ------------------------------------------------------------------------ 1: read limit

@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 from matos_dagster import layout, manifest, records  # noqa: E402
 from matos_dagster.archive import archive_range  # noqa: E402
 from matos_dagster.bench.memory import KINDS, _kind  # noqa: E402
-from matos_dagster.bench.paths import cpu_sample, cpu_used, tree  # noqa: E402
+from matos_dagster.bench.cpu import cpu_sample, cpu_used, tree  # noqa: E402
 from matos_dagster.ranges import OffsetRange  # noqa: E402
 from matos_dagster.resources import KafkaResource, SparkResource  # noqa: E402
 from matos_dagster.slice_task import SliceJob, _flush, _size  # noqa: E402
