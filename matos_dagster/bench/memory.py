@@ -12,8 +12,10 @@ pages copy-on-write; every Python maps the same libraries) count once per proces
 RSS overstates a tree of forked processes. PSS (`/proc/<pid>/smaps_rollup` Pss) charges
 each page 1/n to each of the n processes that map it, so a tree's sum of PSS is the memory the
 tree takes; for one process alone (a JVM) the two agree but for the libraries it shares with
-other processes. smaps_rollup walks the page tables (about a millisecond per hundred MiB
-mapped, against microseconds for status), hence the sampler's 0.5 s interval.
+other processes. smaps_rollup walks the page tables: measured 10-35 ms for a 200-650 MiB
+process on the loaded bench machine (status: 0.1 ms), 50-200 ms for a whole Spark tree. The
+sampler runs on the same cores as what it measures, so it waits at least nine times as long
+as its last sample took (at most a tenth of a core), and 0.5 s at least.
 """
 
 from __future__ import annotations
@@ -108,6 +110,8 @@ class _Sampling:
     """Calls `sample()` every `interval` seconds in a thread, from `with` to its end."""
 
     interval: float
+    max_share_wait = 0.0  # > 0: wait at least this many times the last sample's cost
+    sample_seconds = 0.0  # time spent sampling, in total
 
     def _start_thread(self) -> None:
         self._stop = threading.Event()
@@ -123,8 +127,11 @@ class _Sampling:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            t = time.perf_counter()
             self.sample()
-            self._stop.wait(self.interval)
+            cost = time.perf_counter() - t
+            self.sample_seconds += cost
+            self._stop.wait(max(self.interval, self.max_share_wait * cost))
 
     def sample(self) -> None:
         raise NotImplementedError
@@ -134,6 +141,8 @@ class PeakSampler(_Sampling):
     """Samples `tree_memory(pid)` every `interval` seconds in a thread until stopped; `peaks`
     holds the peak of each sum (RSS: the kinds and 'total'; PSS: 'pss_' + kind, 'pss_total'),
     each over the same samples."""
+
+    max_share_wait = 9.0  # the sampler takes at most a tenth of a core
 
     def __init__(self, pid: int, interval: float = 0.5):
         self.pid, self.interval = pid, interval
