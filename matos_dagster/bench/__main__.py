@@ -280,8 +280,10 @@ def history_main(args: argparse.Namespace) -> int:
 def memory_summary(w1: list[dict], w4: list[dict], object_bytes: int) -> dict:
     def summary(runs: list[dict]) -> dict:
         out = {"records": runs[0]["records"] if runs else 0}
-        for kind in ("total", "driver_python", "jvm", "python_workers"):
-            out[f"{kind}_mib"] = report.stats([r["memory"][kind] / MIB for r in runs])
+        # RSS per kind; and the tree's sum of PSS, which counts pages the forked Python workers
+        # share once (bench/memory.py).
+        for kind in ("total", "driver_python", "jvm", "python_workers", "pss_total"):
+            out[f"{kind}_mib"] = report.stats([r["memory"].get(kind, 0) / MIB for r in runs])
         # One task's memory: the largest rise of a Python worker's RSS during the timed work
         # (a worker runs one task at a time), per run; and that over object_bytes.
         tasks = [[t["above_start"] for t in r.get("task_memory", [])] for r in runs]
