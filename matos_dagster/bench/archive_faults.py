@@ -113,7 +113,7 @@ def _run(stack, tmp: Path, rate, seconds, kills, value_bytes, partitions, sensor
                 committed = watch.total()
                 say(f"archive faults: {event}")
             # Records keep coming one interval after the last fault, and for the sink's time at least.
-            time.sleep(max(sensor_interval_s, seconds - (time.monotonic() - started)))
+            time.sleep(max(sensor_interval_s, seconds - producer.elapsed()))
             producer.stop()
             say(f"archive faults: {producer.sent:,} records produced in {producer.seconds:.0f} s; draining")
             t = time.monotonic()

@@ -255,10 +255,15 @@ class SteadyProducer:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="steady-producer", daemon=True)
         self.sent = 0
+        self.started = 0.0
         self.seconds = 0.0
 
     def start(self) -> None:
+        self.started = time.monotonic()  # producing time counts from here (`elapsed`, `seconds`)
         self._thread.start()
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
 
     def stop(self) -> int:
         """Stop producing and wait until every record is delivered; the number sent."""
@@ -269,7 +274,7 @@ class SteadyProducer:
 
     def _run(self) -> None:
         producer = self._stack.kafka().producer(**{"linger.ms": 5})
-        t0 = time.monotonic()
+        t0 = self.started
         i = 0
         while not self._stop.is_set():
             while i < int((time.monotonic() - t0) * self._rate):
