@@ -80,3 +80,21 @@ def test_the_report_command_redraws_tables_and_chart_from_a_results_file(tmp_pat
                  "--chart", str(tmp_path / "r.png")]) == 0
     assert "| W1 | Python (x) | 500.0 |" in (tmp_path / "r.md").read_text()
     assert (tmp_path / "r.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_memory_table_shows_the_trees_pss_where_the_run_sampled_it():
+    def mib(v):
+        return {"median": v, "min": v, "max": v, "n": 1}
+
+    r = results()
+    r["memory"] = {n: {"records": N, **{f"{k}_mib": mib(100.0) for k in ("total", "driver_python", "jvm",
+                                                                          "python_workers")}}
+                   for n in ("W1", "4×W1")}
+    r["memory"]["ratio"] = mib(1.0)
+    assert "tree's PSS" not in markdown(summarize(r))  # a run before PSS was sampled
+
+    r["memory"]["W1"]["pss_total_mib"] = mib(60.0)
+    r["memory"]["4×W1"]["pss_total_mib"] = mib(61.0)
+    md = markdown(summarize(r))
+    assert "| W1 (1,000 records) | 100.0 | 100.0 | 100.0 | 100.0 | 60.0 |" in md
+    assert "| 4×W1 (1,000 records) | 100.0 | 100.0 | 100.0 | 100.0 | 61.0 |" in md

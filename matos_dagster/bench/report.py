@@ -356,12 +356,19 @@ def markdown(results: dict) -> str:
                   f"| Kafka ProducerPerformance | {_cell(prod['producer_performance'])} |"]
     mem = results.get("memory")
     if mem:
-        lines += ["", "Peak RSS of the archive's process tree (MiB; local mode: the executor is the driver JVM):", "",
-                  "| workload | total | driver Python | JVM | Python workers |", "| --- | ---: | ---: | ---: | ---: |"]
+        # The tree's PSS (runs that sampled it): forked Python workers' shared pages count once.
+        kinds = ["total", "driver_python", "jvm", "python_workers"]
+        if all(mem[n].get("pss_total_mib", {}).get("median") for n in ("W1", "4×W1")):
+            kinds.append("pss_total")
+        lines += ["", "Peak RSS of the archive's process tree (MiB; local mode: the executor is the driver JVM)"
+                  + ("; the tree's PSS counts the pages its processes share once:" if "pss_total" in kinds else ":"), "",
+                  "| workload | total | driver Python | JVM | Python workers |" + (" tree's PSS |" if "pss_total" in kinds
+                                                                              else ""),
+                  "| --- " + "| ---: " * len(kinds) + "|"]
         for n in ("W1", "4×W1"):
             k = mem[n]
-            lines.append(f"| {n} ({k['records']:,} records) | " + " | ".join(
-                _cell(k[f"{kind}_mib"]) for kind in ("total", "driver_python", "jvm", "python_workers")) + " |")
+            lines.append(f"| {n} ({k['records']:,} records) | " + " | ".join(_cell(k[f"{kind}_mib"]) for kind in kinds)
+                         + " |")
         if mem["W1"].get("task_mib", {}).get("n"):
             ob = mem.get("object_bytes", 0) / 1024**2
             lines += ["", f"Peak memory of one task (the largest rise of a Python worker's RSS during the timed "
