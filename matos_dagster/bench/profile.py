@@ -36,12 +36,14 @@ PHASES = [
     ("native read (C)", "native/__init__.py", "next"),
     ("native chunks: encode", "records.py", "add_chunk"),
     ("finish (last group)", "records.py", "finish"),
-    ("md5", "~", "<built-in method _hashlib.openssl_md5>"),
-    ("PUT (swiftclient)", "client.py", "put_object"),
+    # Store.put: md5, then swiftclient's upload. Not swiftclient's `put_object`: client.py has two
+    # (Connection's calls the module's), and summing both counted the upload twice.
+    ("PUT (Store.put)", "store.py", "put"),
     ("the whole task", "slice_task.py", "archive_slice"),
 ]
-# Inside `chunks: Arrow + encode` and `finish`.
+# Inside the phases above: `chunks: Arrow + encode` and `finish` (encode), `PUT` (md5).
 ENCODE = [
+    ("  md5 (in PUT)", "~", "<built-in method _hashlib.openssl_md5>"),
     ("  encode (ObjectWriter.write)", "records.py", "write"),
     ("    Parquet write_batch", "core.py", "write_batch"),
     ("    row sizes", "records.py", "row_sizes"),
