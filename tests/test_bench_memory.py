@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 from matos_dagster.bench.memory import PeakSampler, tree_memory
 
@@ -49,6 +50,15 @@ def test_sum_of_pss_counts_a_buffer_shared_by_a_forked_child_once_and_rss_twice(
         # The sampler keeps the peak of both sums, over the same samples.
         assert sampler.samples >= 1
         assert sampler.peaks["total"] >= 2 * BUFFER and BUFFER <= sampler.peaks["pss_total"] < 1.25 * BUFFER
+        # Between its (costly) full samples it still reads the Python workers' RSS often, for the
+        # per-task peaks: with full samples at most every hour, the child's RSS keeps coming.
+        with PeakSampler(proc.pid, interval=0.02, full_interval=3600) as sparse:
+            give_up = time.monotonic() + 60  # a bound, not a timing assertion
+            while len(sparse.workers.samples.get(child, [])) < 5 and time.monotonic() < give_up:
+                time.sleep(0.02)
+        assert len(sparse.workers.samples.get(child, [])) >= 5
+        assert sparse.samples == 1 and sparse.peaks["pss_total"] >= BUFFER
+        assert all(rss >= BUFFER for _, rss in sparse.workers.samples[child])
     finally:
         proc.stdin.close()
         try:

@@ -13,9 +13,10 @@ RSS overstates a tree of forked processes. PSS (`/proc/<pid>/smaps_rollup` Pss) 
 each page 1/n to each of the n processes that map it, so a tree's sum of PSS is the memory the
 tree takes; for one process alone (a JVM) the two agree but for the libraries it shares with
 other processes. smaps_rollup walks the page tables: measured 10-35 ms for a 200-650 MiB
-process on the loaded bench machine (status: 0.1 ms), 50-200 ms for a whole Spark tree. The
-sampler runs on the same cores as what it measures, so it waits at least nine times as long
-as its last sample took (at most a tenth of a core), and 0.5 s at least.
+process on the loaded bench machine (status: 0.1 ms), 30-260 ms for a whole Spark tree. The
+sampler runs on the same cores as what it measures, so it takes both sums at most every nine
+times its last full sample's cost (at most a tenth of a core) and 0.5 s at least; between them
+it reads only the Python workers' RSS every 0.2 s, for the per-task peaks, which need it often.
 """
 
 from __future__ import annotations
@@ -78,10 +79,10 @@ def _kind(pid: int, root: int) -> str:
     return "other"
 
 
-def tree_memory(root: int, workers: "WorkerTimeline | None" = None) -> dict[str, int]:
+def tree_memory(root: int, workers: "WorkerTimeline | None" = None, pss: bool = True) -> dict[str, int]:
     """RSS and PSS in bytes of `root` and all its descendants, summed per kind: the RSS sums
     under the kind's name and 'total', the PSS sums under 'pss_' + kind and 'pss_total'
-    (and each Python worker's RSS into `workers`, if given)."""
+    (and each Python worker's RSS into `workers`, if given). `pss=False`: RSS only (PSS sums 0)."""
     children = _children_map()
     sums = dict.fromkeys((*KINDS, *(f"pss_{k}" for k in KINDS)), 0)
     todo = [root]
@@ -91,7 +92,7 @@ def tree_memory(root: int, workers: "WorkerTimeline | None" = None) -> dict[str,
         todo.extend(children.get(pid, []))
         kind, rss = _kind(pid, root), _rss_kb(pid) * 1024
         sums[kind] += rss
-        if rss:
+        if rss and pss:
             sums[f"pss_{kind}"] += _pss_kb(pid) * 1024
         if workers is not None and kind == "python_workers" and rss:
             workers.add(now, pid, rss)
@@ -110,8 +111,6 @@ class _Sampling:
     """Calls `sample()` every `interval` seconds in a thread, from `with` to its end."""
 
     interval: float
-    max_share_wait = 0.0  # > 0: wait at least this many times the last sample's cost
-    sample_seconds = 0.0  # time spent sampling, in total
 
     def _start_thread(self) -> None:
         self._stop = threading.Event()
@@ -127,32 +126,39 @@ class _Sampling:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            t = time.perf_counter()
             self.sample()
-            cost = time.perf_counter() - t
-            self.sample_seconds += cost
-            self._stop.wait(max(self.interval, self.max_share_wait * cost))
+            self._stop.wait(self.interval)
 
     def sample(self) -> None:
         raise NotImplementedError
 
 
 class PeakSampler(_Sampling):
-    """Samples `tree_memory(pid)` every `interval` seconds in a thread until stopped; `peaks`
-    holds the peak of each sum (RSS: the kinds and 'total'; PSS: 'pss_' + kind, 'pss_total'),
-    each over the same samples."""
+    """Samples `tree_memory(pid)` in a thread until stopped; `peaks` holds the peak of each sum
+    (RSS: the kinds and 'total'; PSS: 'pss_' + kind, 'pss_total'), both over the same samples,
+    taken every `full_interval` seconds at least and at most every nine times the last one's
+    cost. Every `interval` seconds in between, only the Python workers' RSS (`workers`)."""
 
-    max_share_wait = 9.0  # the sampler takes at most a tenth of a core
+    share = 9.0  # wait nine times a full sample's cost: the sampler takes at most a tenth of a core
 
-    def __init__(self, pid: int, interval: float = 0.5):
-        self.pid, self.interval = pid, interval
+    def __init__(self, pid: int, interval: float = 0.2, full_interval: float = 0.5):
+        self.pid, self.interval, self.full_interval = pid, interval, full_interval
         self.peaks = dict.fromkeys((*KINDS, "total", *(f"pss_{k}" for k in KINDS), "pss_total"), 0)
-        self.samples = 0
+        self.samples = 0  # full samples (both sums)
+        self.sample_seconds = 0.0  # time the full samples took, in total
         self.workers = WorkerTimeline()  # each Python worker's RSS over time: per-task peaks
+        self._next_full = 0.0
         self._start_thread()
 
     def sample(self) -> None:
+        t = time.monotonic()
+        if t < self._next_full:
+            tree_memory(self.pid, self.workers, pss=False)
+            return
         mem = tree_memory(self.pid, self.workers)
+        cost = time.monotonic() - t
+        self.sample_seconds += cost
+        self._next_full = t + max(self.full_interval, self.share * cost)
         if mem["total"]:
             self.samples += 1
             for k, v in mem.items():
