@@ -34,7 +34,11 @@ DEFAULT_CONF = {
     # the run never needs; the serial collector starting at 64 MiB keeps the JVM about 50 MiB
     # smaller. (defaultJavaOptions: `spark.driver.extraJavaOptions` in `conf` adds to these.)
     "spark.driver.memory": "512m",
-    "spark.driver.defaultJavaOptions": "-XX:+UseSerialGC -Xms64m",
+    # C1 only (no C2 JIT): a run's driver is a short-lived JVM doing per-job work, and most of its
+    # CPU was the JIT compiling (W2's archive path: the JVM 0.9 of 4.3 CPU-us per record, 4-7x
+    # less with C1 alone, the tasks' CPU unchanged; bench/profile notes in README). A long-lived
+    # Spark Connect server (make run) does not get this: there C2 pays once.
+    "spark.driver.defaultJavaOptions": "-XX:+UseSerialGC -Xms64m -XX:TieredStopAtLevel=1",
 }
 
 

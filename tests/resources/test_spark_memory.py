@@ -13,7 +13,7 @@ from matos_dagster.resources import SparkResource
 MIB = 1024**2
 
 
-def test_a_local_driver_jvm_gets_a_small_heap_and_the_serial_collector(spark_resource):
+def test_a_local_driver_jvm_gets_a_small_heap_the_serial_collector_and_c1_only(spark_resource):
     spark = spark_resource.spark_session
     jvm = spark.sparkContext._jvm
     runtime = jvm.java.lang.Runtime.getRuntime()
@@ -21,6 +21,9 @@ def test_a_local_driver_jvm_gets_a_small_heap_and_the_serial_collector(spark_res
     assert 400 * MIB < runtime.maxMemory() <= 512 * MIB
     collectors = {gc.getName() for gc in jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()}
     assert collectors == {"Copy", "MarkSweepCompact"}, collectors  # the serial collector's two
+    # C1 only: a run's short-lived driver does not spend its CPU on C2 compiling.
+    assert "-XX:TieredStopAtLevel=1" in list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+                                              .getInputArguments())
     # The rest of the session's settings still come through (the fixture's conf).
     assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
 
