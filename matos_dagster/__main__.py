@@ -187,6 +187,10 @@ def archive(args: argparse.Namespace) -> int:
             how = "verified, already archived" if meta["verified_existing_archive"].value else "archived"
             print(f"{how} {r.key}: {meta['records'].value} records, {meta['objects'].value} object(s) "
                   f"-> {meta['swift_location'].value} (run {result.run_id})")
+            if "archived_first" in meta and meta["archived_first"].value:  # offset order: lower ranges first
+                print(f"  first archived the pending range(s) below it: {', '.join(meta['archived_first'].value)}")
+            if "not_archived_first" in meta:
+                print(f"  not archived first: {meta['not_archived_first'].value}")
             for evaluation in result.get_asset_check_evaluations():
                 if evaluation.check_name == CHECK_NAME:
                     print(f"  monitor: {evaluation.metadata['status'].value}")
