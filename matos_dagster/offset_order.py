@@ -85,20 +85,21 @@ def registered_below(keys: Iterable[str], target: OffsetRange) -> list[OffsetRan
     return out
 
 
-def plan(target: OffsetRange, topic, kafka, store, keys: Iterable[str]) -> list[OffsetRange]:
+def plan(target: OffsetRange, topic, kafka, store, keys: Callable[[], Iterable[str]]) -> list[OffsetRange]:
     """ranges_first for `target`, from the registered `keys`, Kafka's committed offset and Swift.
 
-    Reads no more than it needs: nothing when no key lies below `target`, only the committed
-    offset when that is at or past `target.start` (the sensor's runs, in order), and otherwise
+    Reads no more than it needs: only the committed offset when that is at or past
+    `target.start` (the sensor's runs, in order: the usual case, so the instance's keys, called
+    `keys()` lazily, are not fetched on that path), then the keys, and only when one lies below,
     the archive's entries from the committed offset up to `target.start` (a bounded listing).
     """
-    below = registered_below(keys, target)
-    if not below:
-        return []
     base = kafka.committed(target.topic, [target.partition], topic.group)[target.partition]
     if base is None:  # a group that never committed starts at the log start
         base = kafka.watermarks(target.topic, [target.partition])[target.partition][0]
     if base >= target.start:
+        return []
+    below = registered_below(keys(), target)
+    if not below:
         return []
     archive = PartitionArchive(store, layout.join(store.params.prefix, topic.prefix), target.topic, target.partition)
     spans = []

@@ -70,7 +70,9 @@ def archive_asset(topic: TopicConfig) -> AssetsDefinition:
                 return archive_range(x, topic, kafka, store, lambda: spark.spark_session, say=context.log.info)
 
             # The pending ranges below this one first, in offset order (offset_order.py).
-            keys = context.instance.get_dynamic_partitions(topic.partitions_name)
+            def keys():
+                return context.instance.get_dynamic_partitions(topic.partitions_name)
+
             first = offset_order.archive_first(r, offset_order.plan(r, topic, kafka, store, keys), archive,
                                                (RangeRefused, DataLoss), context.log.info, context.log.warning)
             done = archive(r)
