@@ -88,11 +88,14 @@ def registered_below(keys: Iterable[str], target: OffsetRange) -> list[OffsetRan
 def plan(target: OffsetRange, topic, kafka, store, keys: Callable[[], Iterable[str]]) -> list[OffsetRange]:
     """ranges_first for `target`, from the registered `keys`, Kafka's committed offset and Swift.
 
-    Reads no more than it needs: only the committed offset when that is at or past
+    Reads no more than it needs: the partition's metadata and only the committed offset when that is at or past
     `target.start` (the sensor's runs, in order: the usual case, so the instance's keys, called
     `keys()` lazily, are not fetched on that path), then the keys, and only when one lies below,
     the archive's entries from the committed offset up to `target.start` (a bounded listing).
     """
+    # The partition first, as archive_range does: an unknown topic or partition, or a broker
+    # that does not answer, is then named for what it is, not as a failed offset lookup.
+    kafka.check_partition(target.topic, target.partition)
     base = kafka.committed(target.topic, [target.partition], topic.group)[target.partition]
     if base is None:  # a group that never committed starts at the log start
         base = kafka.watermarks(target.topic, [target.partition])[target.partition][0]
