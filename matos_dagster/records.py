@@ -24,6 +24,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from matos_dagster import arrow_arrays
+
 # confluent_kafka.TIMESTAMP_NOT_AVAILABLE / _CREATE_TIME / _LOG_APPEND_TIME
 TIMESTAMP_TYPES = {0: "NotAvailable", 1: "CreateTime", 2: "LogAppendTime"}
 
@@ -43,8 +45,10 @@ SCHEMA = pa.schema(
 
 
 HEADERS = pa.list_(pa.field("item", HEADER, nullable=False))
-# Timestamp type names by confluent-kafka's number, for `Array.take`.
-_TYPE_NAMES = pa.array([TIMESTAMP_TYPES[i] for i in range(len(TIMESTAMP_TYPES))], pa.string())
+# Timestamp type names by confluent-kafka's number, for `Array.take`. Built from buffers, as
+# everything a task runs here (arrow_arrays: `pa.array` would import pandas into every worker).
+_TYPE_NAMES = arrow_arrays.strings([TIMESTAMP_TYPES[i] for i in range(len(TIMESTAMP_TYPES))])
+_ZERO = arrow_arrays.zero(pa.int32())  # binary_length's type for binary and string columns
 
 
 class Batch:
@@ -116,28 +120,29 @@ class Batch:
             lo, hi = min(known), max(known)
             self.min_timestamp = lo if self.min_timestamp is None else min(self.min_timestamp, lo)
             self.max_timestamp = hi if self.max_timestamp is None else max(self.max_timestamp, hi)
+        # Arrays built from buffers (arrow_arrays), not by `pa.array`, which imports pandas.
         types = self.timestamp_types
         if set(types) <= set(range(len(TIMESTAMP_TYPES))):
-            type_names = _TYPE_NAMES.take(pa.array(types, pa.int8()))
+            type_names = _TYPE_NAMES.take(arrow_arrays.numbers(types, pa.int8()))
         else:  # a number this code does not know
-            type_names = pa.array([TIMESTAMP_TYPES.get(t, "NotAvailable") for t in types], pa.string())
+            type_names = arrow_arrays.strings([TIMESTAMP_TYPES.get(t, "NotAvailable") for t in types])
         header_keys, header_values = zip(*self.header_pairs) if self.header_pairs else ((), ())
         headers = pa.ListArray.from_arrays(
-            pa.array([0, *self.header_ends], pa.int32()),
+            arrow_arrays.numbers([0, *self.header_ends], pa.int32()),
             pa.StructArray.from_arrays(
-                [pa.array(header_keys, pa.string()), pa.array(header_values, pa.binary())], fields=list(HEADER)
+                [arrow_arrays.strings(header_keys), arrow_arrays.binaries(header_values)], fields=list(HEADER)
             ),
             type=HEADERS,
         )
         chunk = pa.RecordBatch.from_arrays(
             [
-                pa.array([self.topic] * n, pa.string()),
-                pa.array([self.partition] * n, pa.int32()),
-                pa.array(self.offsets, pa.int64()),
-                pa.array(self.timestamps, pa.timestamp("ms", tz="UTC")),
+                arrow_arrays.strings([self.topic]).take(arrow_arrays.numbers(np.zeros(n, np.int32), pa.int32())),
+                arrow_arrays.numbers(np.full(n, self.partition), pa.int32()),
+                arrow_arrays.numbers(self.offsets, pa.int64()),
+                arrow_arrays.optional_numbers(self.timestamps, pa.int64()).cast(pa.timestamp("ms", tz="UTC")),
                 type_names,
-                pa.array(self.keys, pa.binary()),
-                pa.array(self.values, pa.binary()),
+                arrow_arrays.binaries(self.keys),
+                arrow_arrays.binaries(self.values),
                 headers,
             ],
             schema=SCHEMA,
@@ -342,17 +347,23 @@ def row_sizes(batch: pa.RecordBatch | pa.Table) -> np.ndarray:
     n = batch.num_rows
     size = np.zeros(n, dtype=np.int64)
     for col in ("key", "value"):
-        size += pc.fill_null(pc.binary_length(batch.column(col)), 0).to_numpy(zero_copy_only=False)
+        size += _lengths(batch.column(col))
     headers = batch.column("headers")
     if isinstance(headers, pa.ChunkedArray):
         headers = headers.combine_chunks()
     flat = headers.flatten()  # the headers of the rows in view (a slice's too)
     if len(flat):
-        per = (pc.fill_null(pc.binary_length(flat.field("key")), 0).to_numpy(zero_copy_only=False)
-               + pc.fill_null(pc.binary_length(flat.field("value")), 0).to_numpy(zero_copy_only=False))
-        parents = pc.list_parent_indices(headers).to_numpy(zero_copy_only=False)
+        per = _lengths(flat.field("key")) + _lengths(flat.field("value"))
+        parents = arrow_arrays.to_numpy(pc.list_parent_indices(headers))
         size += np.bincount(parents, weights=per, minlength=n).astype(np.int64)
     return size
+
+
+def _lengths(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Each value's bytes (null: 0), as int64."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    return arrow_arrays.to_numpy(pc.fill_null(pc.binary_length(column), _ZERO)).astype(np.int64)
 
 
 def encode(table: pa.Table, fmt: str) -> bytes:

@@ -15,6 +15,8 @@ from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 import pyarrow as pa
 
+from matos_dagster import arrow_arrays
+
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -47,6 +49,14 @@ def item_frame(spark: Any, items: list[T], fn: Callable[[T], Iterator[pa.RecordB
     return spark.range(0, len(items), 1, len(items)).mapInArrow(task, ddl)
 
 
+def result_batch(item: int, result: Any) -> pa.RecordBatch:
+    """Task `item`'s result, pickled into one row of `_RESULT`. Built from buffers (arrow_arrays):
+    `pa.array` would import pandas into the Python worker for these two cells."""
+    pickled = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
+    return pa.RecordBatch.from_arrays(
+        [arrow_arrays.numbers([item], pa.int64()), arrow_arrays.binaries([pickled])], schema=_RESULT)
+
+
 def run_tasks(spark: Any, fn: Callable[[T], R], items: Iterable[T], description: str = "") -> list[R]:
     """`[fn(item) for item in items]`, each call its own Spark task; results in item order.
 
@@ -62,8 +72,7 @@ def run_tasks(spark: Any, fn: Callable[[T], R], items: Iterable[T], description:
 
     def one(numbered_item: tuple[int, T]) -> Iterator[pa.RecordBatch]:
         i, item = numbered_item
-        result = pickle.dumps(fn(item), protocol=pickle.HIGHEST_PROTOCOL)
-        yield pa.RecordBatch.from_arrays([pa.array([i], pa.int64()), pa.array([result], pa.binary())], schema=_RESULT)
+        yield result_batch(i, fn(item))
 
     rows = item_frame(spark, numbered, one, _RESULT_DDL).collect()
     results = {row["item"]: pickle.loads(row["result"]) for row in rows}
