@@ -39,6 +39,17 @@ SINK_CLASS = "org.apache.iceberg.connect.IcebergSinkConnector"
 # Kafka's connect-standalone.sh default (KAFKA_HEAP_OPTS).
 DEFAULT_HEAP = "2g"
 DEFAULT_COMMIT_INTERVAL_MS = 300_000  # iceberg.control.commit.interval-ms, the sink's default
+# The worker's offset.flush.interval.ms as Kafka ships it (config/connect-standalone.properties and
+# connect-distributed.properties both set 10 s; the code default, which we had, is 60 s). It matters
+# to this sink: a task reads the sink's control topic (START_COMMIT) only inside put() and flush(),
+# and once the topic is drained Connect calls them only every offset.flush.interval.ms
+# (WorkerSinkTask.iteration polls the consumer until the next offset flush). The task's control
+# consumer polls with a zero timeout, so it takes two such calls to see an event: a drained task
+# answers a commit up to twice this late, and past iceberg.control.commit.timeout-ms (30 s) the
+# coordinator gives the commit up and waits for the next one.
+OFFSET_FLUSH_INTERVAL_MS = 10_000
+# The one setting of the "tuned" runs: a drained task looks at the control topic every second.
+TUNED_OFFSET_FLUSH_INTERVAL_MS = 1_000
 _STAMP = ".installed"
 # The plugin folder must not bring its own logging: a second SLF4J binding (slf4j-reload4j) or
 # log4j 1 (reload4j) next to the worker's log4j2 splits or silences the plugin's log lines.
@@ -236,7 +247,8 @@ def sink_config(topics: list[str], table: str, catalog: Catalog, control_topic: 
     }
 
 
-def worker_properties(bootstrap: str, rest_port: int, offsets_file: Path, plugin_path: Path) -> dict[str, str]:
+def worker_properties(bootstrap: str, rest_port: int, offsets_file: Path, plugin_path: Path,
+                      offset_flush_interval_ms: int = OFFSET_FLUSH_INTERVAL_MS) -> dict[str, str]:
     """A standalone worker on loopback; sink offsets live in the broker's consumer groups anyway."""
     return {
         "bootstrap.servers": bootstrap,
@@ -247,6 +259,7 @@ def worker_properties(bootstrap: str, rest_port: int, offsets_file: Path, plugin
         "offset.storage.file.filename": str(offsets_file),
         "plugin.path": str(plugin_path),
         "plugin.discovery": "only_scan",  # the sink's jars have no ServiceLoader manifests
+        "offset.flush.interval.ms": str(offset_flush_interval_ms),  # see OFFSET_FLUSH_INTERVAL_MS
     }
 
 
@@ -277,7 +290,8 @@ class ConnectWorker:
     """One standalone Connect worker owned by `data_dir`, started and stopped by PID."""
 
     def __init__(self, data_dir: Path, install: Install, bootstrap: str, rest_port: int | None = None,
-                 heap: str = DEFAULT_HEAP):
+                 heap: str = DEFAULT_HEAP, offset_flush_interval_ms: int = OFFSET_FLUSH_INTERVAL_MS):
+        self.offset_flush_interval_ms = offset_flush_interval_ms
         self.data_dir = Path(data_dir).absolute()
         self.install = install
         self.bootstrap = bootstrap
@@ -300,7 +314,8 @@ class ConnectWorker:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         props = self.data_dir / "worker.properties"
         props.write_text(properties_text(worker_properties(
-            self.bootstrap, self.rest_port, self.data_dir / "connect.offsets", self.install.plugin_path)))
+            self.bootstrap, self.rest_port, self.data_dir / "connect.offsets", self.install.plugin_path,
+            self.offset_flush_interval_ms)))
         log4j = self.data_dir / "log4j2.xml"
         log4j.write_text(_LOG4J2)
         argv = [_java(), "-Xms256m", f"-Xmx{self.heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
