@@ -143,3 +143,13 @@ def test_table_shows_the_tuned_sink_beside_the_default_one_with_its_own_ratios()
     assert "| W1 (1,000 × 1024 B) | Iceberg sink, tuned (offset.flush.interval.ms = 1 s) | 500 |" in md
     assert "| W1 | 10.00× |" in md and "| W1, sink tuned | 2.00× |" in md
     assert "offset.flush.interval.ms 10 s (Kafka's standalone config), tuned: 1 s" in md
+
+
+def test_catalog_file_is_in_wal_mode_before_the_sink_opens_it(tmp_path):
+    import sqlite3
+
+    cat = ic.Catalog(tmp_path / "catalog.db", "b", "http://127.0.0.1:1", "u", "k")
+    sqlite3.connect(cat.sqlite_file).execute("CREATE TABLE t (x)").connection.commit()  # as pyiceberg leaves it
+    cat.use_wal()
+    # The sink's `journal_mode=WAL` at each connection then needs no exclusive lock (no SQLITE_BUSY).
+    assert sqlite3.connect(cat.sqlite_file).execute("PRAGMA journal_mode").fetchone()[0] == "wal"

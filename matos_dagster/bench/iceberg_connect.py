@@ -207,6 +207,19 @@ class Catalog:
             "iceberg.catalog.s3.chunked-encoding-enabled": "false",
         }
 
+    def use_wal(self) -> None:
+        """Put the catalog file in WAL mode once, before the sink opens it. sqlite-jdbc applies
+        `journal_mode` on every connection it opens, before any busy timeout helps; on a file not yet
+        in WAL mode that needs the file's exclusive lock, so a task opening the catalog while the
+        coordinator, the other task or the bench's reader holds it died on SQLITE_BUSY ("Failed to
+        connect", seen once in a full run). Once the file is in WAL mode the pragma changes nothing."""
+        import sqlite3
+
+        with sqlite3.connect(self.sqlite_file, timeout=60) as db:
+            mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        if mode.lower() != "wal":
+            raise RuntimeError(f"sqlite kept {self.sqlite_file} in journal mode {mode!r}, not WAL")
+
     def pyiceberg(self):
         from pyiceberg.catalog.sql import SqlCatalog
 

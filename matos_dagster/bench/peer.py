@@ -102,6 +102,7 @@ def throughput(stack, topic: str, records: int, cores: int, folder: Path, server
                               offset_flush_interval_ms=offset_flush_interval_ms)
     cat = catalog.pyiceberg()
     ic.create_table(cat, table)
+    catalog.use_wal()
     try:
         startup = worker.start()
         pid = worker.pid
@@ -142,6 +143,7 @@ def _peer(stack, folder: Path, topic: str, partitions: int, commit_interval_ms: 
     table = f"bench.{topic.replace('-', '_')}"
     cat = catalog.pyiceberg()
     ic.create_table(cat, table)
+    catalog.use_wal()
     worker = ic.ConnectWorker(run / "connect", inst, stack.bootstrap)
     config = ic.sink_config([topic], table, catalog, control, tasks, commit_interval_ms)
     return worker, cat, table, config
