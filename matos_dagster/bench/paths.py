@@ -27,6 +27,7 @@ from matos_dagster.bench.memory import PeakSampler
 from matos_dagster.devstack.kafka import _java
 from matos_dagster.devstack.process import read_pid
 from matos_dagster.ranges import OffsetRange
+from matos_dagster.slice_task import SliceJob, consumer_conf
 from matos_dagster.store import SwiftParams
 
 # ---------------------------------------------------------------------- CPU accounting
@@ -46,13 +47,12 @@ def server_pids(stack) -> dict[str, list[int]]:
 def _read_slice(args: tuple[str, str, int, int, int]) -> int:
     """Read [start, end) of one partition and throw it away; the records read."""
     bootstrap, topic, partition, start, end = args
-    consumer = Consumer({
-        # The archive's consumer settings (slice_task.py), so only the work on records differs.
-        "bootstrap.servers": bootstrap, "group.id": "bench-read", "enable.auto.commit": False,
-        "enable.auto.offset.store": False, "isolation.level": "read_committed",
-        "auto.offset.reset": "error", "enable.partition.eof": True,
-        "queued.max.messages.kbytes": 32768, "fetch.max.bytes": 32 * 1024**2,
-    })
+    # The archive's consumer settings (slice_task.py), so only the work on records differs. Its
+    # prefetch bound and backoff too: librdkafka otherwise waits 1 s whenever the queue is full,
+    # which slices longer than the queue made the read limit do (W2's 7 s became 18 s).
+    job = SliceJob(OffsetRange(topic, partition, start, end), directory="", group="bench-read",
+                   kafka_conf={"bootstrap.servers": bootstrap}, swift=None)
+    consumer = Consumer(consumer_conf(job))
     n = 0
     try:
         consumer.assign([TopicPartition(topic, partition, start)])
