@@ -222,17 +222,23 @@ class Store:
     def put(self, name: str, data: bytes, content_type: str = "application/octet-stream") -> str:
         """Upload `data`; Swift checks it against our md5 and refuses a corrupt upload."""
         md5 = hashlib.md5(data).hexdigest()
+        # A file object, not bytes: swiftclient can rewind it to send the upload again after
+        # a 401 (an expired token) or a 5xx; given bytes it gives up on the first retry.
+        body = io.BytesIO(data)
         try:
-            # A file object, not bytes: swiftclient can rewind it to send the upload again after
-            # a 401 (an expired token) or a 5xx; given bytes it gives up on the first retry.
             etag = self._conn.put_object(
-                self.container, name, contents=io.BytesIO(data), content_length=len(data), etag=md5,
+                self.container, name, contents=body, content_length=len(data), etag=md5,
                 content_type=content_type,
             )
         except ClientException as e:
             raise self._explain(e, f"write object {name}") from None
         except Exception as e:
             raise self._explain(e, f"write object {name}") from None
+        finally:
+            # The request keeps `body` in reference cycles, which only the cyclic GC frees: open,
+            # it held the object's bytes after the upload, one more object per task in a Spark
+            # worker (a W2 task's peak 4.2x object_bytes, 50 MiB more RSS after each task).
+            body.close()
         if etag and etag.strip('"') != md5:
             raise SwiftError(f"Swift stored {name} with md5 {etag}, expected {md5}")
         return md5
