@@ -23,6 +23,7 @@ from matos_dagster.store import Store, SwiftParams
 
 CONSUME_BATCH = 5000  # messages per consume call at most
 PREFETCH_BACKOFF_MS = 10  # librdkafka's fetch.queue.backoff.ms (consumer_conf says why)
+QUEUED_MESSAGES = 10_000  # librdkafka's queued.min.messages: the prefetch bound in messages
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,12 @@ def consumer_conf(job: SliceJob) -> dict[str, Any]:
         # (bench/profile.py, 200,000 x 1 KiB; README, Performance).
         "queued.max.messages.kbytes": 8192,
         "fetch.max.bytes": 8 * 1024**2,
+        # ...and in messages: librdkafka keeps each queued message in its own structures, a few
+        # hundred bytes apiece, so 8 MiB of 100-byte records held far more than 8 MiB. With its
+        # default (100,000) a W2 task (100 B records, one 64 MiB object) peaked at 219-255 MiB
+        # under Spark; with 10,000 at 174-178 MiB, at the same CPU. 1 KiB records reach the
+        # byte bound first, as before.
+        "queued.min.messages": QUEUED_MESSAGES,
         # When the queue reaches that bound, librdkafka postpones the partition's next fetch by
         # this long (1,000 ms by default since librdkafka 2.4): a task then read at most 8 MiB a
         # second and waited the rest (W1's archive 44.8 s instead of 12.9, both readers). The

@@ -106,3 +106,11 @@ def test_a_slice_asks_for_no_more_messages_than_it_still_needs(fakes, start, end
 
 def test_the_batch_asked_for_is_between_one_and_the_cap():
     assert [slice_task.consume_batch(n) for n in (0, 1, 4_999, 5_000, 10**9)] == [1, 1, 4_999, 5_000, 5_000]
+
+
+def test_the_prefetch_is_bounded_in_bytes_and_in_messages():
+    # librdkafka's own structures per queued message are a few hundred bytes: 8 MiB of 100-byte
+    # records at its default 100,000 messages left a W2 task at 4x object_bytes (README, Performance).
+    conf = slice_task.consumer_conf(job(0, 1))
+    assert conf["queued.max.messages.kbytes"] * 1024 <= 8 * 1024**2
+    assert conf["queued.min.messages"] <= 10_000
