@@ -85,18 +85,18 @@ def registered_below(keys: Iterable[str], target: OffsetRange) -> list[OffsetRan
     return out
 
 
-def plan(target: OffsetRange, topic, kafka, store, keys: Callable[[], Iterable[str]]) -> list[OffsetRange]:
-    """ranges_first for `target`, from the registered `keys`, Kafka's committed offset and Swift.
+def plan(target: OffsetRange, topic, kafka, store, keys: Callable[[], Iterable[str]],
+         committed: int | None) -> list[OffsetRange]:
+    """ranges_first for `target`, from the registered `keys`, the group's `committed` offset and Swift.
 
-    Reads no more than it needs: the partition's metadata and only the committed offset when that is at or past
+    `committed`: as the run read it after checking the partition (archive.check), before this;
+    the same value then goes to the run's first archive_range, so Kafka is not asked twice.
+    Reads no more than it needs: nothing more when the committed offset is at or past
     `target.start` (the sensor's runs, in order: the usual case, so the instance's keys, called
-    `keys()` lazily, are not fetched on that path), then the keys, and only when one lies below,
+    `keys()` lazily, are not fetched on that path), else the keys, and only when one lies below,
     the archive's entries from the committed offset up to `target.start` (a bounded listing).
     """
-    # The partition first, as archive_range does: an unknown topic or partition, or a broker
-    # that does not answer, is then named for what it is, not as a failed offset lookup.
-    kafka.check_partition(target.topic, target.partition)
-    base = kafka.committed(target.topic, [target.partition], topic.group)[target.partition]
+    base = committed
     if base is None:  # a group that never committed starts at the log start
         base = kafka.watermarks(target.topic, [target.partition])[target.partition][0]
     if base >= target.start:

@@ -15,7 +15,7 @@ from dagster import (
 )
 
 from matos_dagster import heartbeat, iceberg, offset_order, turns
-from matos_dagster.archive import Archived, DataLoss, RangeRefused, archive_range
+from matos_dagster.archive import Archived, DataLoss, RangeRefused, check, in_turn
 from matos_dagster.dead_runs import beating, waits_for
 from matos_dagster.ranges import KEY_FORM, OffsetRange, parse_key
 from matos_dagster.resources import KafkaResource, SparkResource, SwiftResource
@@ -65,16 +65,18 @@ def archive_asset(topic: TopicConfig) -> AssetsDefinition:
         waited = take_turn(context.instance, context.run.run_id, r, say=context.log.info, thresholds=thresholds,
                            mine=mine)
         with swift.store() as store:
+            # Kafka is asked once a run for the partition and its committed offset: the walk's plan and
+            # each archive_range start from that, or from what the range before left (archive.in_turn).
+            checked = check(kafka, r, topic.group)
             # Spark only if there is something to write: a range already archived is only verified.
-            def archive(x):
-                return archive_range(x, topic, kafka, store, lambda: spark.spark_session, say=context.log.info)
+            archive = in_turn(topic, kafka, store, lambda: spark.spark_session, checked, say=context.log.info)
 
             # The pending ranges below this one first, in offset order (offset_order.py).
             def keys():
                 return context.instance.get_dynamic_partitions(topic.partitions_name)
 
-            first = offset_order.archive_first(r, offset_order.plan(r, topic, kafka, store, keys), archive,
-                                               (RangeRefused, DataLoss), context.log.info, context.log.warning)
+            first = offset_order.archive_first(r, offset_order.plan(r, topic, kafka, store, keys, checked.committed),
+                                               archive, (RangeRefused, DataLoss), context.log.info, context.log.warning)
             done = archive(r)
             location = f"{store.url}/{store.container}/{done.manifest_name.rsplit('/', 1)[0]}/"
             table = _table_state(store, topic, r.partition, context.log.warning)
