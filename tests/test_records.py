@@ -248,7 +248,7 @@ def test_a_record_larger_than_the_tasks_prefetch_bound_is_archived_whole(reader,
     if reader == "native" and native.why_not() is not None:
         pytest.skip(f"the native reader is not built here: {native.why_not()}")
     monkeypatch.setenv("MATOS_NATIVE_READER", "1" if reader == "native" else "0")
-    conf = slice_task.consumer_conf(slice_task.SliceJob(OffsetRange("t", 0, 0, 1), "d", {}, "g", None))
+    conf = slice_task.consumer_conf({}, "g")
     big = random.Random(7).randbytes(12 * 1024**2)
     assert len(big) > conf["fetch.max.bytes"] and len(big) > conf["queued.max.messages.kbytes"] * 1024
     topic = new_topic(**{"max.message.bytes": str(16 * 1024**2)})

@@ -111,6 +111,6 @@ def test_the_batch_asked_for_is_between_one_and_the_cap():
 def test_the_prefetch_is_bounded_in_bytes_and_in_messages():
     # librdkafka's own structures per queued message are a few hundred bytes: 8 MiB of 100-byte
     # records at its default 100,000 messages left a W2 task at 4x object_bytes (README, Performance).
-    conf = slice_task.consumer_conf(job(0, 1))
+    conf = slice_task.consumer_conf({}, "g")
     assert conf["queued.max.messages.kbytes"] * 1024 <= 8 * 1024**2
     assert conf["queued.min.messages"] <= 10_000

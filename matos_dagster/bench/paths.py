@@ -27,7 +27,7 @@ from matos_dagster.bench.memory import PeakSampler
 from matos_dagster.devstack.kafka import _java
 from matos_dagster.devstack.process import read_pid
 from matos_dagster.ranges import OffsetRange
-from matos_dagster.slice_task import SliceJob, consumer_conf
+from matos_dagster.slice_task import consumer_conf
 from matos_dagster.store import SwiftParams
 
 # ---------------------------------------------------------------------- CPU accounting
@@ -50,9 +50,7 @@ def _read_slice(args: tuple[str, str, int, int, int]) -> int:
     # The archive's consumer settings (slice_task.py), so only the work on records differs. Its
     # prefetch bound and backoff too: librdkafka otherwise waits 1 s whenever the queue is full,
     # which slices longer than the queue made the read limit do (W2's 7 s became 18 s).
-    job = SliceJob(OffsetRange(topic, partition, start, end), directory="", group="bench-read",
-                   kafka_conf={"bootstrap.servers": bootstrap}, swift=None)
-    consumer = Consumer(consumer_conf(job))
+    consumer = Consumer(consumer_conf({"bootstrap.servers": bootstrap}, "bench-read"))
     n = 0
     try:
         consumer.assign([TopicPartition(topic, partition, start)])
