@@ -283,7 +283,7 @@ class Uploads:
         self._pending = self._pool.submit(_upload, self._store, name, data, entry)
 
     def pace(self, batch: records.Batch) -> None:
-        """Wait for the upload in flight once `batch` (the next object) reaches half an object."""
+        """Wait for the upload in flight once `batch` (the next object) holds READ_AHEAD of an object."""
         if self._pending is not None and batch.nbytes >= READ_AHEAD * self._job.object_bytes:
             self._wait()
 
