@@ -274,12 +274,11 @@ class Uploads:
         self._written: list[dict] = []
 
     def put(self, batch: records.Batch) -> None:
-        """Encode the rest of this object and PUT it, in the thread, after the previous one."""
+        """Once the previous upload has ended, finish this object here and PUT it from the thread."""
         self._wait()
-        # Finished here, not in the thread: memory the thread allocates stays in its own malloc
-        # arena, and the object's encoding grows buffers (RSS of a W2 task +31 MiB more so).
+        # Finished in this thread, not the upload thread: what that thread allocates stays in its
+        # own malloc arena, and encoding grows buffers (a W2 task peaked 31 MiB higher so).
         name, data, entry = _finish(batch, self._job)
-        del batch
         self._pending = self._pool.submit(_upload, self._store, name, data, entry)
 
     def pace(self, batch: records.Batch) -> None:
