@@ -11,7 +11,7 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -294,10 +294,9 @@ class Uploads:
     def close(self) -> None:
         """Wait for an upload in flight (never left running against a closed connection), then close."""
         try:
-            if self._pending is not None:
-                wait([self._pending])  # its error, if any, goes with the error that ended the task
-        finally:
+            # Waits for the upload in flight; its error, if any, goes with the error that ended the task.
             self._pool.shutdown(wait=True)
+        finally:
             self._store.close()
 
     def _wait(self) -> None:
