@@ -17,7 +17,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from matos_dagster import layout, native, records
+from matos_dagster import layout, malloc, native, records
 from matos_dagster.ranges import OffsetRange
 from matos_dagster.store import Store, SwiftParams
 
@@ -174,6 +174,8 @@ def _native_error(job: SliceJob, e: "native.NativeError") -> Exception:
 
 def _archive_python(job: SliceJob) -> list[dict]:
     s = job.slice
+    # Else a worker keeps up to an object of freed heap from task to task (malloc.py says why).
+    malloc.fix_mmap_threshold()
     consumer = Consumer(consumer_conf(job.kafka_conf, job.group))
     uploads = Uploads(job, Store(job.swift))
     # The cyclic GC is paused while the slice runs. The loop makes no reference cycles, but
