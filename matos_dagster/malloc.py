@@ -19,19 +19,16 @@ Process-wide and idempotent; a no-op where the C library is not glibc.
 from __future__ import annotations
 
 import ctypes
+import functools
 import platform
 
 M_MMAP_THRESHOLD = -3  # glibc's malloc.h
 MMAP_THRESHOLD = 8 * 1024**2  # above one 4 MiB chunk or row group, which the heap then reuses
 
-_fixed = False
 
-
+@functools.cache  # once per process, whatever the outcome: libc_ver scans the executable off glibc
 def fix_mmap_threshold() -> bool:
     """Fix glibc's mmap threshold at MMAP_THRESHOLD for this process; False where that cannot be done."""
-    global _fixed
-    if _fixed:
-        return True
     if platform.libc_ver()[0] != "glibc":
         return False
     try:
@@ -40,5 +37,4 @@ def fix_mmap_threshold() -> bool:
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
-    _fixed = mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
-    return _fixed
+    return mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1

@@ -19,11 +19,10 @@ pytestmark = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc
 PROBE = """
 import sys
 from matos_dagster import malloc
+from matos_dagster.bench.memory import rss_self
 
 def rss_mib():
-    for line in open("/proc/self/status"):
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
+    return rss_self() / 1024**2
 
 if sys.argv[1] == "fixed":
     assert malloc.fix_mmap_threshold()
