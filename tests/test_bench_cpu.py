@@ -95,3 +95,14 @@ def test_a_child_waited_for_by_a_parent_of_another_group_counts_in_its_own_group
 
     assert DURING - SLACK <= used["child"] <= DURING + SLACK
     assert 0 <= used["parent"] <= SLACK
+
+
+def test_members_of_a_part_count_in_it_and_apart():
+    # Each Swift server is a group "swift/<server>"; the tables add them up as "swift".
+    def members(parent: int, child: int) -> dict[str, list[int]]:
+        return {"part/parent": [parent], "part/child": [child]}
+
+    used = sampled_around_child_end("wait", members)
+
+    assert DURING - SLACK <= used["part/child"] <= DURING + SLACK
+    assert used["part"] == pytest.approx(used["part/parent"] + used["part/child"])

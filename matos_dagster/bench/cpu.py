@@ -80,6 +80,8 @@ def cpu_sample(groups: dict[str, list[int]]) -> CpuSample:
 def cpu_used(before: CpuSample, after: CpuSample) -> dict[str, float]:
     """CPU-seconds per group between two samples; never negative (see the module's doc).
 
+    A group "<part>/<member>" counts in "<part>" too.
+
     A process keeps the group it had in `before`; one that started in between counts whole.
     """
     ticks = dict.fromkeys((*before.groups, *after.groups), 0.0)
@@ -101,4 +103,11 @@ def cpu_used(before: CpuSample, after: CpuSample) -> dict[str, float]:
         ticks[before.procs[parent].group] -= rose
         for c in children:
             ticks[c.group] += (rose * c.ticks / had if had else rose / len(children)) - c.ticks
-    return {g: t / TICK for g, t in ticks.items()}
+    used = {g: t / TICK for g, t in ticks.items()}
+    # A group named "<part>/<member>" (each Swift server) also counts in "<part>": the tables
+    # show the part, the results keep each member to say which one a difference is in.
+    for g in list(used):
+        if "/" in g:
+            part = g.split("/", 1)[0]
+            used[part] = used.get(part, 0.0) + used[g]
+    return used

@@ -36,9 +36,10 @@ from matos_dagster.store import SwiftParams
 
 
 def server_pids(stack) -> dict[str, list[int]]:
-    """The PIDs of the Kafka broker and of the Swift servers of a running bench stack."""
-    swift = [read_pid(f) for f in stack.swift_server.pid_files.values()]
-    return {"kafka": [p for p in [read_pid(stack.kafka_server.pid_file)] if p], "swift": [p for p in swift if p]}
+    """The PIDs of the Kafka broker and of each Swift server ("swift/proxy", ...) of a running bench stack."""
+    swift = {f"swift/{server}": [read_pid(f)] for server, f in stack.swift_server.pid_files.items()}
+    groups = {"kafka": [read_pid(stack.kafka_server.pid_file)], **swift}
+    return {g: [p for p in pids if p] for g, pids in groups.items()}
 
 
 # ------------------------------------------------------------------------ 1: read limit

@@ -70,6 +70,7 @@ def ratios(workload: dict) -> dict:
 CPU_PATHS = [("read", "read limit"), ("write", "write limit"), ("archive", "archive"),
              ("archive_python", "archive, Python reader"), ("spark_kafka", "Spark Kafka source")]
 CPU_PARTS = ("client", "kafka", "swift")  # the path's own processes, the broker, the Swift servers
+SWIFT_SERVERS = ("proxy", "object", "container", "account")
 
 
 def cpu(workload: dict, cores: int) -> dict:
@@ -99,6 +100,12 @@ def cpu(workload: dict, cores: int) -> dict:
         if kinds:
             paths[key]["client_kinds_s_per_1k_records"] = {
                 k: stats([1000 * c[k] / n for c, n in kinds]) for k in kinds[0][0]}
+        # Swift's CPU by server (results from before 25 November have the sum only).
+        servers = [(run["cpu"], arch["records"]) for run, arch in zip(workload.get(key, []), workload["archive"])
+                   if any(g.startswith("swift/") for g in run.get("cpu") or {})]
+        if servers:
+            paths[key]["swift_servers_s_per_1k_records"] = {
+                s: stats([1000 * c.get(f"swift/{s}", 0.0) / n for c, n in servers]) for s in SWIFT_SERVERS}
     bound, bound_over_limit = [], []
     against: dict = {key: {"over_bound": [], "cpu_over_read_plus_write": []} for key, _ in READERS}
     for i, (read, write) in enumerate(zip(workload["read"], workload["write"])):
@@ -320,9 +327,9 @@ def markdown(results: dict) -> str:
                   "other load on the machine does not count: client = the path's own processes (pool workers; "
                   "for Spark the driver, JVM and Python workers), Kafka = the broker, Swift = its four servers. "
                   "Cores busy = CPU-seconds / wall seconds.", "",
-                  "| workload | path | client | of which driver / JVM / Python workers | Kafka | Swift | total "
-                  "| cores busy |",
-                  "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+                  "| workload | path | client | of which driver / JVM / Python workers | Kafka | Swift "
+                  "| of which proxy / object / container / account | total | cores busy |",
+                  "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for n in names:
             c = w[n].get("cpu")
             if not c:
@@ -334,9 +341,11 @@ def markdown(results: dict) -> str:
                 kinds = k.get("client_kinds_s_per_1k_records")
                 split = " / ".join(_cpu_s(kinds[kind]["median"]) for kind in ("driver_python", "jvm",
                                                                                "python_workers")) if kinds else ""
+                servers = k.get("swift_servers_s_per_1k_records")
+                by_server = " / ".join(_cpu_s(servers[s]["median"]) for s in SWIFT_SERVERS) if servers else ""
                 cells = [_cpu_s(k["s_per_1k_records"][p]["median"]) for p in (*CPU_PARTS, "total")]
-                lines.append(f"| {n} | {label} | {cells[0]} | {split} | " + " | ".join(cells[1:])
-                             + f" | {_num(k['cores_busy']['median'])} |")
+                lines.append(f"| {n} | {label} | {cells[0]} | {split} | {cells[1]} | {cells[2]} | {by_server} "
+                             f"| {cells[3]} | {_num(k['cores_busy']['median'])} |")
         for n in names:
             c = w[n].get("cpu")
             if c and c["bound_records_per_s"]["n"]:
