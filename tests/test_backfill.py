@@ -27,8 +27,7 @@ from matos_dagster.jobs import backfill as bf
 from matos_dagster.ranges import OffsetRange
 from matos_dagster.resources import SwiftResource
 from matos_dagster.settings import PROJECT_ROOT
-from pg_server import new_database, running_postgres
-from test_daemon import Dev, dev_project, running_dev, shows_log, wait_for
+from test_daemon import Dev, dev_project, instance_on, running_dev, shows_log, wait_for
 
 BIN = Path(sys.executable).parent
 LOGS = PROJECT_ROOT / "test-output" / "test_backfill"
@@ -50,10 +49,7 @@ def daemon(request, tmp_path_factory, kafka, kafka_server, swift_server, connect
     """`dagster dev` (webserver and daemon, as `make run`), for a topic whose lag sensor stays out of it."""
     storage = request.param
     with contextlib.ExitStack() as stack:
-        instance_env = {}
-        if storage == "postgres":
-            server = stack.enter_context(running_postgres())  # stopped after dagster dev
-            instance_env = server.instance_env(new_database(server, "backfill"))
+        instance_env = instance_on(stack, storage, "backfill")
         tmp = tmp_path_factory.mktemp(f"backfill-{storage}")
         topic = f"bf-{uuid.uuid4().hex[:8]}"
         # Ranges of at most 50 offsets; batch thresholds never reached: the lag sensor requests nothing.

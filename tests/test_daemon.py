@@ -249,14 +249,20 @@ def running_dev(env: dict[str, str], topic: str, log: Path, instance_env: dict[s
         stop_dev(dev)
 
 
+def instance_on(stack: contextlib.ExitStack, storage: str, database: str) -> dict[str, str]:
+    """The Dagster instance's environment on `storage`: none on sqlite (dagster.yaml); on "postgres"
+    a new `database` on a PostgreSQL server that `stack` stops, after the `dagster dev` entered later."""
+    if storage != "postgres":
+        return {}
+    server = stack.enter_context(running_postgres())
+    return server.instance_env(new_database(server, database))
+
+
 @pytest.fixture(scope="module")
 def dev(request, tmp_path_factory, kafka, kafka_server, swift_server, connect_server):
     storage = request.param
     with contextlib.ExitStack() as stack:
-        instance_env = {}
-        if storage == "postgres":
-            server = stack.enter_context(running_postgres())  # stopped after dagster dev
-            instance_env = server.instance_env(new_database(server, "daemon"))
+        instance_env = instance_on(stack, storage, "daemon")
         tmp = tmp_path_factory.mktemp(f"daemon-{storage}")
         topic = f"daemon-{uuid.uuid4().hex[:8]}"
         admin = kafka.admin()  # must outlive the future, or the request is cancelled

@@ -84,6 +84,26 @@ def steady_rate(counts: list[tuple[float, int]], records: int) -> float | None:
     return (n_b - n_a) / (t_b - t_a) if t_b > t_a else None
 
 
+def _peer(stack, folder: Path, topic: str, partitions: int | None, commit_interval_ms: int, tasks: int, say,
+          offset_flush_interval_ms: int = ic.OFFSET_FLUSH_INTERVAL_MS):
+    """A fresh table, control topic and worker, and the connector's config on them (not yet started);
+    a fresh `topic` too if `partitions` is given."""
+    inst = ic.install(cache_dir(), say=say)
+    run = folder / f"peer-{uuid.uuid4().hex[:6]}"
+    catalog = catalog_for(stack, run)
+    control = f"peer-control-{uuid.uuid4().hex[:6]}"
+    create_control_topic(stack, control)
+    if partitions is not None:
+        stack.create_topic(topic, partitions)
+    table = f"bench.{topic.replace('-', '_')}"
+    cat = catalog.pyiceberg()
+    ic.create_table(cat, table)
+    catalog.use_wal()
+    worker = ic.ConnectWorker(run / "connect", inst, stack.bootstrap, offset_flush_interval_ms=offset_flush_interval_ms)
+    config = ic.sink_config([topic], table, catalog, control, tasks, commit_interval_ms)
+    return worker, cat, table, config
+
+
 def throughput(stack, topic: str, records: int, cores: int, folder: Path, servers: dict,
                commit_interval_ms: int, timeout: float = 3600, say=print,
                offset_flush_interval_ms: int = ic.OFFSET_FLUSH_INTERVAL_MS) -> dict:
@@ -91,18 +111,9 @@ def throughput(stack, topic: str, records: int, cores: int, folder: Path, server
 
     `offset_flush_interval_ms` is the worker's: how often a task that has drained the topic
     answers the sink's commit requests (see iceberg_connect.OFFSET_FLUSH_INTERVAL_MS)."""
-    inst = ic.install(cache_dir(), say=say)
-    run = folder / f"peer-{uuid.uuid4().hex[:6]}"
-    catalog = catalog_for(stack, run)
-    control = f"peer-control-{uuid.uuid4().hex[:6]}"
-    create_control_topic(stack, control)
-    table = f"bench.{topic.replace('-', '_')}"
+    worker, cat, table, config = _peer(stack, folder, topic, None, commit_interval_ms, cores, say,
+                                       offset_flush_interval_ms=offset_flush_interval_ms)
     connector = f"iceberg-{uuid.uuid4().hex[:6]}"
-    worker = ic.ConnectWorker(run / "connect", inst, stack.bootstrap,
-                              offset_flush_interval_ms=offset_flush_interval_ms)
-    cat = catalog.pyiceberg()
-    ic.create_table(cat, table)
-    catalog.use_wal()
     try:
         startup = worker.start()
         pid = worker.pid
@@ -110,8 +121,7 @@ def throughput(stack, topic: str, records: int, cores: int, folder: Path, server
         with PeakSampler(pid) as mem:
             cpu0 = cpu_sample(groups)
             t0 = time.monotonic()
-            worker.put_connector(connector, ic.sink_config([topic], table, catalog, control, cores,
-                                                           commit_interval_ms))
+            worker.put_connector(connector, config)
             counts: list[tuple[float, int]] = []
             t1 = wait_committed(worker, connector, cat, table, records, timeout,
                                 on_count=lambda t, n: counts.append((t, n)))
@@ -130,23 +140,6 @@ def throughput(stack, topic: str, records: int, cores: int, folder: Path, server
 
 
 # ---------------------------------------------------------------------------------- latency
-
-
-def _peer(stack, folder: Path, topic: str, partitions: int, commit_interval_ms: int, tasks: int, say):
-    """A fresh topic, table, control topic and worker with the connector on them (not yet started)."""
-    inst = ic.install(cache_dir(), say=say)
-    run = folder / f"peer-{uuid.uuid4().hex[:6]}"
-    catalog = catalog_for(stack, run)
-    control = f"peer-control-{uuid.uuid4().hex[:6]}"
-    create_control_topic(stack, control)
-    stack.create_topic(topic, partitions)
-    table = f"bench.{topic.replace('-', '_')}"
-    cat = catalog.pyiceberg()
-    ic.create_table(cat, table)
-    catalog.use_wal()
-    worker = ic.ConnectWorker(run / "connect", inst, stack.bootstrap)
-    config = ic.sink_config([topic], table, catalog, control, tasks, commit_interval_ms)
-    return worker, cat, table, config
 
 
 def commit_times(cat, table: str) -> dict[tuple[int, int], float]:
