@@ -64,7 +64,8 @@ def archive_asset(topic: TopicConfig) -> AssetsDefinition:
     def _archive_in_turn(context, r, kafka, swift, spark, thresholds, mine) -> MaterializeResult:
         waited = take_turn(context.instance, context.run.run_id, r, say=context.log.info, thresholds=thresholds,
                            mine=mine)
-        with swift.store() as store:
+        # The run's questions to Kafka (check, plan, each range's, the commits) on kept clients.
+        with kafka.kept_clients(), swift.store() as store:
             # Kafka is asked once a run for the partition and its committed offset: the walk's plan and
             # each archive_range start from that, or from what the range before left (archive.in_turn).
             checked = check(kafka, r, topic.group)

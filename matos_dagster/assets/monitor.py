@@ -72,9 +72,10 @@ def monitor_check(topic: TopicConfig) -> AssetChecksDefinition:
     )
     def _monitor(context: AssetCheckExecutionContext, kafka: KafkaResource, swift: SwiftResource) -> AssetCheckResult:
         now = time.time()
-        parts = kafka.partitions(topic.name)
-        marks = kafka.watermarks(topic.name, parts)
-        committed = kafka.committed(topic.name, parts, topic.group)
+        with kafka.kept_clients():  # one admin and one consumer for the three questions
+            parts = kafka.partitions(topic.name)
+            marks = kafka.watermarks(topic.name, parts)
+            committed = kafka.committed(topic.name, parts, topic.group)
         reports, started = [], {}
         with swift.store() as store:
             prefix = layout.join(store.params.prefix, topic.prefix)

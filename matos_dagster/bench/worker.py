@@ -76,7 +76,7 @@ def main(spec_path: str) -> None:
         raise SystemExit(f"unknown kind {spec['kind']!r}")
     done = time.time()
     cpu = cpu_used(cpu0, cpu_sample(_cpu_groups(servers)))
-    cpu = {"client": sum(cpu[k] for k in KINDS), **{k: cpu[k] for k in servers},
+    cpu = {"client": sum(cpu[k] for k in KINDS), **{k: v for k, v in cpu.items() if k not in KINDS},
            "client_kinds": {k: cpu[k] for k in KINDS}}
     result = {
         "started": STARTED,
@@ -122,7 +122,7 @@ def run_archive(spec, topic: TopicConfig, ranges, swift: SwiftParams, spark) -> 
         with Store(swift) as store:
             return archive_range(r, topic, kafka, store, spark, say=lambda _: None)
 
-    with ThreadPoolExecutor(len(ranges)) as pool:
+    with kafka.kept_clients(), ThreadPoolExecutor(len(ranges)) as pool:  # as the asset's run does
         done = list(pool.map(one, ranges))
     return [d.manifest for d in done], ", ".join(sorted({d.reader for d in done if d.reader}))
 

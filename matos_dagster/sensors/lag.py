@@ -51,9 +51,10 @@ def lag_sensor(topic: TopicConfig, partitions: DynamicPartitionsDefinition, inte
         # First, fail the topic's runs whose heartbeat stopped (dead_runs.py): below, their ranges
         # are then FAILED and requested again in this tick, instead of in flight until max runtime.
         fail_dead_runs(context.instance, topic.name, heartbeat.Thresholds.from_settings(), context.log)
-        parts = kafka.partitions(topic.name)
-        marks = kafka.watermarks(topic.name, parts)
-        committed = kafka.committed(topic.name, parts, topic.group)
+        with kafka.kept_clients():  # one admin and one consumer for the three questions
+            parts = kafka.partitions(topic.name)
+            marks = kafka.watermarks(topic.name, parts)
+            committed = kafka.committed(topic.name, parts, topic.group)
         avg_bytes = _average_record_bytes(context, asset_key)
         now_ms = int(time.time() * 1000)
 
