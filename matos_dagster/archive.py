@@ -56,6 +56,7 @@ class Kafka(Protocol):  # what archiving asks of the Kafka resource
     def watermarks(self, topic: str, partitions: list[int]) -> dict[int, tuple[int, int]]: ...
     def committed(self, topic: str, partitions: list[int], group: str | None = None) -> dict[int, int | None]: ...
     def commit(self, topic: str, offsets: dict[int, int], group: str | None = None) -> None: ...
+    def release_clients(self) -> None: ...
 
 
 @dataclass
@@ -163,6 +164,10 @@ def archive_range(
     ]
     say(f"{r}: archiving in {len(jobs)} Spark task(s) of up to {topic.slice_records} offsets")
     session = spark() if callable(spark) else spark
+    # The Spark job is the run's long wait: the driver's kept Kafka clients are closed for it (an
+    # idle one whose broker went away, say in a rolling restart, retries its connection every 12
+    # ms, a log line each), and the questions after it make new ones.
+    kafka.release_clients()
     objects = [o for written in run_tasks(session, archive_slice, jobs, f"archive {r}") for o in written]
     reader = ", ".join(sorted({o.pop("reader") for o in objects if "reader" in o}))
     if reader:

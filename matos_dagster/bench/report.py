@@ -325,7 +325,7 @@ def markdown(results: dict) -> str:
     if any(w[n].get("cpu") for n in names):
         lines += ["", "CPU-seconds per 1,000 records in the timed part, counted per process (/proc/<pid>/stat), so "
                   "other load on the machine does not count: client = the path's own processes (pool workers; "
-                  "for Spark the driver, JVM and Python workers), Kafka = the broker, Swift = its four servers. "
+                  "for Spark the driver, JVM and Python workers), Kafka = the broker, Swift = its four servers (and each one's share). "
                   "Cores busy = CPU-seconds / wall seconds.", "",
                   "| workload | path | client | of which driver / JVM / Python workers | Kafka | Swift "
                   "| of which proxy / object / container / account | total | cores busy |",

@@ -159,8 +159,9 @@ class KafkaResource(ConfigurableResource):
     @contextlib.contextmanager
     def kept_clients(self) -> Iterator[None]:
         """Within it, the questions below (partitions, watermarks, committed, commit) share one
-        admin client and one consumer per group, closed at its end; outside, each question makes
-        and closes its own client. A run and a sensor tick each ask inside one. Scopes nest."""
+        admin client and one consumer per group, closed at its end (or at release_clients);
+        outside, each question makes and closes its own client. A run and a sensor tick each ask
+        inside one. Scopes nest."""
         with _KEPT_MADE:
             kept = self._kept
             if kept is None or kept.pid != os.getpid():  # a forked child never uses its parent's clients
@@ -176,6 +177,13 @@ class KafkaResource(ConfigurableResource):
                     self._kept = None
             if last:
                 kept.close()
+
+    def release_clients(self) -> None:
+        """Close the clients kept so far (the scope stays open: the next question makes new ones).
+        Called before a long wait, such as a Spark job."""
+        kept = self._kept
+        if kept is not None and kept.pid == os.getpid():
+            kept.close()
 
     @contextlib.contextmanager
     def _client(self, key: tuple, make: Callable[[], Any]) -> Iterator[Any]:

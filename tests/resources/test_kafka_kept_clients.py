@@ -101,3 +101,16 @@ def test_in_a_scope_a_question_that_fails_drops_its_client():
         with pytest.raises(KafkaUnavailable):
             k.watermarks("any", [0])
         assert kept(k) == {}  # the next question starts with a fresh client
+
+
+def test_released_clients_are_closed_and_the_next_question_in_the_scope_makes_new_ones(k, topic):
+    # archive_range releases them before its Spark job: an idle client of a broker that went
+    # away would retry its connection every 12 ms, a log line each, for as long as the job runs.
+    with k.kept_clients():
+        k.commit(topic, {0: 0}, "g")
+        before = kept(k)[("consumer", "g")]
+        k.release_clients()
+        assert kept(k) == {}
+        assert k.committed(topic, [0], "g") == {0: 0}
+        assert kept(k)[("consumer", "g")] is not before
+    assert kept(k) == {}
