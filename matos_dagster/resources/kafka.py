@@ -149,8 +149,9 @@ class KafkaResource(ConfigurableResource):
             # (_Kept). Once metadata arrives, librdkafka drops the bootstrap connection and then
             # waits reconnect.backoff.ms / 2 (50 ms by default) before it may connect again to
             # ask for the group coordinator: 55-80 ms per first committed() on loopback, 17 ms
-            # with 10 here.
-            # Failed connections still back off, doubling up to reconnect.backoff.max.ms (10 s).
+            # with 10 here. A refused connection is then tried again every 12 ms (measured; the
+            # backoff did not grow), a log line each: so kept clients are released before a
+            # Spark job, and never outlive their run or tick.
             "reconnect.backoff.ms": DRIVER_RECONNECT_BACKOFF_MS,
             **overrides,
         }
