@@ -164,9 +164,7 @@ class KafkaResource(ConfigurableResource):
         outside, each question makes and closes its own client. A run and a sensor tick each ask
         inside one. Scopes nest."""
         with _KEPT_MADE:
-            kept = self._kept
-            if kept is None or kept.pid != os.getpid():  # a forked child never uses its parent's clients
-                kept = self._kept = _Kept()
+            kept = self._kept = self._scope() or _Kept()
             kept.depth += 1
         try:
             yield
@@ -182,17 +180,27 @@ class KafkaResource(ConfigurableResource):
     def release_clients(self) -> None:
         """Close the clients kept so far (the scope stays open: the next question makes new ones).
         Called before a long wait, such as a Spark job."""
-        kept = self._kept
-        if kept is not None and kept.pid == os.getpid():
+        kept = self._scope()
+        if kept is not None:
             kept.close()
+
+    def _scope(self) -> _Kept | None:
+        """The open kept_clients scope's clients; a forked child never uses its parent's."""
+        kept = self._kept
+        return kept if kept is not None and kept.pid == os.getpid() else None
+
+    def _group_consumer(self, group: str | None):
+        """`_client` for a consumer of `group` (the resource's group if None)."""
+        group = group or self.group
+        return self._client(("consumer", group), lambda: self.consumer(group))
 
     @contextlib.contextmanager
     def _client(self, key: tuple, make: Callable[[], Any]) -> Iterator[Any]:
         """A client for one call: the kept one (made on first use) inside kept_clients, where a
         call that fails drops it (a client that met an error may be in a bad state, so the next
         call starts afresh); else a fresh one, closed after the call."""
-        kept = self._kept
-        if kept is None or kept.pid != os.getpid():
+        kept = self._scope()
+        if kept is None:
             client = make()
             try:
                 yield client
@@ -281,7 +289,7 @@ class KafkaResource(ConfigurableResource):
 
     def watermarks(self, topic: str, partitions: list[int]) -> dict[int, tuple[int, int]]:
         """(log start offset, log end offset) of each partition."""
-        with self._client(("consumer", self.group), self.consumer) as consumer:
+        with self._group_consumer(None) as consumer:
             out = {}
             for p in partitions:
                 tp = TopicPartition(topic, p)
@@ -292,8 +300,7 @@ class KafkaResource(ConfigurableResource):
 
     def committed(self, topic: str, partitions: list[int], group: str | None = None) -> dict[int, int | None]:
         """The group's committed offset per partition; None where it never committed."""
-        group = group or self.group
-        with self._client(("consumer", group), lambda: self.consumer(group)) as consumer:
+        with self._group_consumer(group) as consumer:
             tps = self._coordinated(
                 lambda left: consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=left)
             )
@@ -308,8 +315,7 @@ class KafkaResource(ConfigurableResource):
         """Commit `offsets` for the group, synchronously. Callers decide that they only move forward."""
         if not offsets:
             return
-        group = group or self.group
-        with self._client(("consumer", group), lambda: self.consumer(group)) as consumer:
+        with self._group_consumer(group) as consumer:
             # Committing the same offsets again is harmless, so a busy coordinator is simply asked again.
             result = self._coordinated(
                 lambda _: consumer.commit(
