@@ -313,16 +313,17 @@ def _flush(batch: records.Batch, job: SliceJob, store: Store) -> dict:
 
 
 def _finish(batch: records.Batch, job: SliceJob) -> tuple[str, bytes, dict]:
-    """The batch's object: its name, bytes and manifest entry but the md5 (given by the upload)."""
+    """The batch's object: its name, bytes and manifest entry (the md5 as the writer hashed it)."""
     stats = batch.stats()
-    data = batch.writer(job.format).finish()
+    writer = batch.writer(job.format)
+    data = writer.finish()
     name = layout.object_name(job.directory, stats["first_offset"], job.format)
-    return name, data, {"name": name, "bytes": len(data), "md5": None, "record_bytes": batch.nbytes,
+    return name, data, {"name": name, "bytes": len(data), "md5": writer.md5, "record_bytes": batch.nbytes,
                         "largest_record_bytes": batch.largest, **stats}
 
 
 def _upload(store: Store, name: str, data: bytes, entry: dict) -> dict:
-    return {**entry, "md5": store.put(name, data)}
+    return {**entry, "md5": store.put(name, data, md5=entry["md5"])}
 
 
 def _size(key: bytes | None, value: bytes | None, headers) -> int:

@@ -219,9 +219,14 @@ class Store:
         except ClientException as e:
             raise self._explain(e, "create container") from None
 
-    def put(self, name: str, data: bytes, content_type: str = "application/octet-stream") -> str:
-        """Upload `data`; Swift checks it against our md5 and refuses a corrupt upload."""
-        md5 = hashlib.md5(data).hexdigest()
+    def put(self, name: str, data: bytes, content_type: str = "application/octet-stream",
+            md5: str | None = None) -> str:
+        """Upload `data`; Swift checks it against our md5 and refuses a corrupt upload.
+
+        `md5`: the hex md5 of `data` if the caller already has it (an ObjectWriter hashes as it
+        writes); a wrong one is refused by Swift like a corrupt upload.
+        """
+        md5 = md5 or hashlib.md5(data).hexdigest()
         # A file object, not bytes: swiftclient can rewind it to send the upload again after
         # a 401 (an expired token) or a 5xx; given bytes it gives up on the first retry.
         body = io.BytesIO(data)
@@ -338,6 +343,8 @@ class Store:
                 f"the user may not {doing}: check the user's roles or ACLs on container "
                 f"{self.container!r} (MATOS_SWIFT_CONTAINER)"
             )
+        elif status == 422:
+            hint = "it refused the bytes: they do not match their md5 (corrupted on the way; a retry sends them again)"
         elif _is_tls_error(e):
             hint = (
                 "its TLS certificate could not be verified: set MATOS_SWIFT_CA_FILE to the PEM file of the CA "

@@ -1,5 +1,6 @@
 """Records as Arrow rows, Parquet and JSON Lines: lossless and byte-for-byte repeatable."""
 
+import hashlib
 import io
 import random
 
@@ -170,6 +171,34 @@ def test_a_batch_encoding_as_it_goes_writes_what_a_batch_kept_whole_writes(fmt, 
     kept = gathered(1 << 40, False)
     assert streamed.stats() == kept.stats() == {**streamed.writer(fmt).stats()}
     assert streamed.writer(fmt).finish() == kept.writer(fmt).finish()
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_the_writer_gives_the_md5_of_the_bytes_it_wrote_however_the_rows_came(fmt, small_row_groups):
+    # The upload sends this md5 for Swift to check, instead of hashing the object again.
+    rows = many_rows(1_500)
+    for batches in ([rows], splits(rows, 0), splits(rows, 1)):
+        w = records.ObjectWriter(fmt)
+        assert w.md5 is None
+        for b in batches:
+            w.write(b)
+        data = w.finish()
+        assert w.md5 == hashlib.md5(data).hexdigest()
+
+
+def test_swift_refuses_an_upload_whose_md5_is_not_its_bytes_and_keeps_the_object_it_had(swift):
+    from matos_dagster.store import SwiftError
+
+    good = records.encode(batch().table(), "parquet")
+    corrupt = good[:-1] + bytes([good[-1] ^ 1])
+    with swift.store() as store:
+        assert store.put("o.parquet", good, md5=hashlib.md5(good).hexdigest()) == hashlib.md5(good).hexdigest()
+        with pytest.raises(SwiftError, match="do not match their md5.*422"):
+            store.put("o.parquet", corrupt, md5=hashlib.md5(good).hexdigest())
+        with pytest.raises(SwiftError, match="422"):
+            store.put("new.parquet", corrupt, md5=hashlib.md5(good).hexdigest())
+        assert store.get("o.parquet") == good
+        assert store.get("new.parquet") is None
 
 
 def version_1_parquet(table: pa.Table) -> bytes:

@@ -69,7 +69,9 @@ class FakeStore:
     def __init__(self, params):
         self.objects = {}
 
-    def put(self, name, data):
+    def put(self, name, data, md5=None):
+        # As Swift does: an upload whose md5 is not its bytes' is refused.
+        assert md5 in (None, hashlib.md5(data).hexdigest()), f"{name}: md5 {md5} is not the bytes'"
         self.objects[name] = data
         return hashlib.md5(data).hexdigest()
 

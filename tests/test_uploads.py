@@ -31,7 +31,7 @@ class GatedStore:
         self.most_in_flight = 0
         self._lock = threading.Lock()
 
-    def put(self, name: str, data: bytes) -> str:
+    def put(self, name: str, data: bytes, md5: str | None = None) -> str:
         with self._lock:
             self.in_flight += 1
             self.most_in_flight = max(self.most_in_flight, self.in_flight)
@@ -117,7 +117,7 @@ def test_the_manifest_entries_equal_a_synchronous_uploads():
         def __init__(self):
             self.objects = {}
 
-        def put(self, name, data):
+        def put(self, name, data, md5=None):
             self.objects[name] = data
             return "m"
 
