@@ -24,6 +24,7 @@ import uuid
 from matos_dagster.bench.memory import SelfSampler
 from matos_dagster.bench.stack import Workload, produce_workload, running_stack
 from matos_dagster.ranges import OffsetRange
+from matos_dagster.records import ObjectWriter
 from matos_dagster.slice_task import SliceJob, archive_slice
 from matos_dagster.store import Store
 
@@ -36,15 +37,17 @@ PHASES = [
     ("native read (C)", "native/__init__.py", "next"),
     ("native chunks: encode", "records.py", "add_chunk"),
     ("finish (last group)", "records.py", "finish"),
-    # Store.put: md5, then swiftclient's upload. Not swiftclient's `put_object`: client.py has two
-    # (Connection's calls the module's), and summing both counted the upload twice.
+    # Store.put: swiftclient's upload (the md5 came with the object's bytes). Not swiftclient's
+    # `put_object`: client.py has two (Connection's calls the module's), and summing both counted
+    # the upload twice.
     ("PUT (Store.put)", "store.py", "put"),
     ("the whole task", "slice_task.py", "archive_slice"),
 ]
-# Inside the phases above: `chunks: Arrow + encode` and `finish` (encode), `PUT` (md5).
+# Inside the phases above: `chunks: Arrow + encode` and `finish` (encode, and the md5 hashed as
+# the encoder writes). ObjectWriter.write by its line: the buffer that hashes has a `write` too.
 ENCODE = [
-    ("  md5 (in PUT)", "~", "<built-in method _hashlib.openssl_md5>"),
-    ("  encode (ObjectWriter.write)", "records.py", "write"),
+    ("  md5 (as it is written)", "~", "<method 'update' of '_hashlib.HASH' objects>"),
+    ("  encode (ObjectWriter.write)", f"records.py:{ObjectWriter.write.__code__.co_firstlineno}", "write"),
     ("    Parquet write_batch", "core.py", "write_batch"),
     ("    row sizes", "records.py", "row_sizes"),
 ]
@@ -104,7 +107,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _cumulative(stats: pstats.Stats, where: str, name: str) -> float:
-    return sum(v[3] for (file, _, func), v in stats.stats.items() if func == name and file.endswith(where))
+    """Cumulative seconds of `name` in files ending in `where` ("file.py" or "file.py:line")."""
+    suffix, _, line = where.partition(":")
+    return sum(v[3] for (file, at, func), v in stats.stats.items()
+               if func == name and file.endswith(suffix) and (not line or at == int(line)))
 
 
 if __name__ == "__main__":
