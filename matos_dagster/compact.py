@@ -243,9 +243,9 @@ def _flush(tables: list[pa.Table], nbytes: int, job: MergeJob, store: Store) -> 
         "min_timestamp": known["min"].as_py(),
         "max_timestamp": known["max"].as_py(),
     }
-    data = records.encode(table, job.format)
+    data, md5 = records.encode_hashed(table, job.format)
     name = layout.object_name(job.directory, stats["first_offset"], job.format)
-    md5 = store.put(name, data)
+    store.put(name, data, md5=md5)
     return {"name": name, "bytes": len(data), "md5": md5, "record_bytes": nbytes, **stats}
 
 

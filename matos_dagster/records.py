@@ -357,10 +357,15 @@ class _HashedBytes(io.BytesIO):
 
 def write_object(batches: Iterable[pa.RecordBatch], fmt: str) -> tuple[bytes, dict]:
     """The object's bytes and stats for these record batches (in offset order)."""
+    w, data = _written(batches, fmt)
+    return data, w.stats()
+
+
+def _written(batches: Iterable[pa.RecordBatch], fmt: str) -> tuple[ObjectWriter, bytes]:
     w = ObjectWriter(fmt)
     for b in batches:
         w.write(b)
-    return w.finish(), w.stats()
+    return w, w.finish()
 
 
 def row_sizes(batch: pa.RecordBatch | pa.Table) -> np.ndarray:
@@ -388,9 +393,15 @@ def _lengths(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
 
 
 def encode(table: pa.Table, fmt: str) -> bytes:
+    return encode_hashed(table, fmt)[0]
+
+
+def encode_hashed(table: pa.Table, fmt: str) -> tuple[bytes, str]:
+    """The table as an object's bytes, and their md5 as the writer hashed them (for `Store.put`)."""
     if fmt not in ("parquet", "jsonl"):
         raise ValueError(f"unknown format {fmt!r}")
-    return write_object(table.cast(SCHEMA).to_batches(), fmt)[0]
+    w, data = _written(table.cast(SCHEMA).to_batches(), fmt)
+    return data, w.md5
 
 
 def to_parquet(table: pa.Table) -> bytes:

@@ -323,7 +323,8 @@ def _finish(batch: records.Batch, job: SliceJob) -> tuple[str, bytes, dict]:
 
 
 def _upload(store: Store, name: str, data: bytes, entry: dict) -> dict:
-    return {**entry, "md5": store.put(name, data, md5=entry["md5"])}
+    store.put(name, data, md5=entry["md5"])
+    return entry
 
 
 def _size(key: bytes | None, value: bytes | None, headers) -> int:

@@ -48,9 +48,9 @@ def write_day(params, cfg: TopicConfig, ranges: int, per_range: int) -> float:
                     headers = [("source", b"bench")]
                     batch.add(offset, 1, T0 + i * step_ms + j * (step_ms // per_range), key, value, headers,
                               len(key) + len(value) + 6 + 5)
-                data = records.encode(batch.table(), cfg.format)
+                data, md5 = records.encode_hashed(batch.table(), cfg.format)
                 name = layout.object_name(layout.range_dir("kafka", r), r.start, cfg.format)
-                md5 = store.put(name, data)
+                store.put(name, data, md5=md5)
                 obj = {"name": name, "bytes": len(data), "md5": md5, "record_bytes": batch.nbytes, **batch.stats()}
                 store.put_json(layout.manifest_name("kafka", r), manifest.build(r, cfg.format, [obj]))
 
