@@ -30,9 +30,11 @@ $(DAGSTER_HOME)/dagster.yaml: dagster.yaml
 	mkdir -p $(DAGSTER_HOME)
 	cp dagster.yaml $(DAGSTER_HOME)/dagster.yaml
 
-# Also the Dagster instance folder, so the README's DAGSTER_HOME=$PWD/.devstack/dagster works
-# with the stack alone (no `make run` needed).
+# Also the Dagster instance, so the README's DAGSTER_HOME=$PWD/.devstack/dagster works with the
+# stack alone (no `make run` needed): its storage is created once, under a lock, before anything
+# may open it (matos_dagster/instance.py: two processes creating it at once break it for good).
 up: install $(DAGSTER_HOME)/dagster.yaml
+	$(BIN)/python -m matos_dagster.instance $(DAGSTER_HOME)
 	$(BIN)/python -m matos_dagster.devstack up
 
 down:
@@ -60,7 +62,8 @@ $(DAGSTER_PG_HOME)/dagster.yaml: dagster.postgres.yaml
 
 run-postgres: up $(DAGSTER_PG_HOME)/dagster.yaml
 	DAGSTER_HOME=$(DAGSTER_PG_HOME) $(BIN)/python -m matos_dagster.devstack.postgres -- sh -c \
-		'$(BIN)/python -m matos_dagster.devstack demo-data && cd $(DAGSTER_PG_HOME) && \
+		'$(BIN)/python -m matos_dagster.instance && $(BIN)/python -m matos_dagster.devstack demo-data && \
+		cd $(DAGSTER_PG_HOME) && \
 		exec $(CURDIR)/$(BIN)/dg dev -w $(CURDIR)/workspace.yaml -h 127.0.0.1 -p $(DAGSTER_PORT)'
 
 demo: up
@@ -77,13 +80,13 @@ test-all: install
 	$(MAKE) test-python-reader
 
 # The exactly-once, fault and fidelity proofs again with the Python slice reader, which a machine
-# without the native one uses (MATOS_NATIVE_READER=0 reaches the session's Spark workers; the
+# without the native one uses (MATOS_NATIVE_READER=false reaches the session's Spark workers; the
 # reader test in the list checks that they really used it). Part of `make test-all`.
 READER_PROOFS := tests/test_faults.py tests/test_archive.py tests/test_one_run_per_range.py \
 	tests/test_records.py tests/test_record_properties.py tests/test_reader.py tests/test_restore.py \
 	tests/test_native_reader.py::test_a_spark_archive_run_names_the_reader_in_its_log_and_asset_metadata
 test-python-reader: install
-	MATOS_NATIVE_READER=0 $(BIN)/python -m pytest -m "not slow" --timeout=$(PYTEST_TIMEOUT) --durations=10 \
+	MATOS_NATIVE_READER=false $(BIN)/python -m pytest -m "not slow" --timeout=$(PYTEST_TIMEOUT) --durations=10 \
 		--junitxml=test-output/junit-python-reader.xml $(READER_PROOFS)
 
 # Everything the benchmark issue asks for, latency included (about an hour on 2 cores);

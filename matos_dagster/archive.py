@@ -171,7 +171,7 @@ def archive_range(
     objects = [o for written in run_tasks(session, archive_slice, jobs, f"archive {r}") for o in written]
     reader = ", ".join(sorted({o.pop("reader") for o in objects if "reader" in o}))
     if reader:
-        say(f"{r}: records read by the {reader} slice reader (MATOS_NATIVE_READER=0 turns the native one off)")
+        say(f"{r}: records read by the {reader} slice reader (MATOS_NATIVE_READER=false turns the native one off)")
     _fault("after-objects")
 
     doc = manifest.build(r, topic.format, objects)

@@ -378,7 +378,15 @@ def compact_partition(
     jobs = [_job(topic, partition, g, docs, store, prefix) for g in p.groups]
     for g, job in zip(p.groups, jobs):
         say(f"{job.range}: merging {len(g.members)} ranges ({len(job.inputs)} objects, {g.record_bytes} record bytes)")
-    written = run_tasks(spark, merge_group, jobs, f"compact {topic.name}/{partition}: {len(jobs)} group(s)")
+    try:
+        written = run_tasks(spark, merge_group, jobs, f"compact {topic.name}/{partition}: {len(jobs)} group(s)")
+    except Exception as e:
+        # A task's CompactionError reaches the driver inside Spark's error (with the task's
+        # traceback): raise it as what it is, so a caller sees a refusal, not a Spark failure.
+        failed = _task_failure(e)
+        if failed is None:
+            raise
+        raise CompactionError(f"{topic.name}/{partition}: {failed}; nothing was switched") from None
     if jobs:
         _fault("compact-after-objects")
     for g, job, objects in zip(p.groups, jobs, written):
@@ -477,6 +485,16 @@ def _delete_folder(store: Store, archive: PartitionArchive, f: Folder, say) -> N
             store.delete(name)
 
 
+def _task_failure(e: Exception) -> str | None:
+    """The CompactionError message inside a Spark task's error (which carries the Python traceback), if any."""
+    text = str(e)
+    mark = f"{CompactionError.__name__}: "
+    at = text.find(mark)
+    if at < 0:
+        return None
+    return text[at + len(mark):].split("\n", 1)[0].strip()
+
+
 def cursor_name(prefix: str, topic: str, partition: int) -> str:
     # Outside every topic folder, with a `_` name that table engines skip.
     return layout.join(prefix, "_compaction", f"topic={topic}", f"partition={partition}.json")
@@ -492,6 +510,8 @@ def _age(e: Entry, now: float) -> float:
 
 
 def _fault(point: str) -> None:
-    # For tests/test_compact_faults.py only: MATOS_FAULT=<point> kills this process right here.
+    # For the fault tests of tests/test_compact_stack.py only
+    # (test_a_compaction_killed_at_any_step_is_finished_by_the_next_run): MATOS_FAULT=<point> kills
+    # this process right here.
     if os.environ.get("MATOS_FAULT") == point:
         os.kill(os.getpid(), signal.SIGKILL)

@@ -25,6 +25,7 @@ from matos_dagster.jobs.verify import verify_job
 from matos_dagster.resources import KafkaResource, SparkResource, SwiftResource
 from matos_dagster.sensors.lag import lag_sensor
 
+settings.check()  # a bad setting is one line naming it, before any resource is built
 settings.apply_defaults()
 
 TOPICS = topics.load(os.environ["MATOS_TOPICS_FILE"], default_group=os.environ["MATOS_KAFKA_GROUP"])

@@ -12,6 +12,7 @@ The archive's truth stays the manifests in Swift: the table can always be rebuil
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -29,6 +30,7 @@ from matos_dagster.store import Store
 log = logging.getLogger(__name__)
 
 COMMIT_TRIES = 10  # runs of other partitions of the topic commit to the same table at the same time
+NO_PYICEBERG_RETRY = "commit.retry.num-retries"  # pyiceberg's TableProperties.COMMIT_NUM_RETRIES
 # Statistics for the columns readers filter on (the archive's Parquet has them for these only),
 # so that a filter by partition, offset or timestamp skips files.
 TABLE_PROPERTIES = {
@@ -43,12 +45,22 @@ TABLE_PROPERTIES = {
     # read it), delete older ones, so Swift does not keep one per range ever archived.
     "write.metadata.delete-after-commit.enabled": "true",
     "write.metadata.previous-versions-max": "100",
+    # One attempt per commit. pyiceberg (0.12) retries a commit the catalog refused because another run
+    # committed first by applying the same files and the same snapshot summary on the new head: a range
+    # the other run already added would be added twice, and another partition's watermark, which the
+    # summary carries, rolled back (so its next run adds its ranges again). Our retry (sync, replace)
+    # loads the table again and plans the commit anew from the watermarks it finds.
+    NO_PYICEBERG_RETRY: "0",
 }
 # Snapshots kept: the newest KEEP_SNAPSHOTS (time travel over the last ones); older ones are expired
 # in batches of EXPIRE_BATCH (one metadata-only commit per batch), so that the table's metadata file,
 # which every commit rewrites and lists every snapshot in, stays bounded whatever the history.
 KEEP_SNAPSHOTS = 100
 EXPIRE_BATCH = 100
+# Metadata files whose delete failed at an expiry (Swift refused or did not answer): listed here, beside
+# the table's folders, and retried by the next expiry (PendingDeletes).
+PENDING_DELETES = "_deletes_pending.json"
+PENDING_MAX = 1000
 
 
 @dataclass(frozen=True)
@@ -95,7 +107,7 @@ def s3_for(store: Store) -> S3:
 
 
 def enabled() -> bool:
-    return settings.get("MATOS_ICEBERG_TABLES").strip().lower() in ("1", "true", "yes", "on")
+    return settings.flag("MATOS_ICEBERG_TABLES")
 
 
 def catalog_properties() -> dict[str, str]:
@@ -123,6 +135,7 @@ class Tables:
         self.namespace = settings.get("MATOS_ICEBERG_NAMESPACE") or store.container
         self.root = layout.join(store.params.prefix, "_iceberg")
         self.catalog = catalog or self._catalog()
+        self.expiry = Expiry()  # the last expiry's, by sync
 
     def _catalog(self):
         from pyiceberg.catalog import load_catalog
@@ -168,6 +181,18 @@ class Tables:
         if t.location().rstrip("/") != self.location(topic):
             raise TableError(f"table {'.'.join(ident)} is at {t.location()}, not {self.location(topic)}: it is "
                              "another archive's; set MATOS_ICEBERG_NAMESPACE to a namespace of this archive's own")
+        if t.properties.get(NO_PYICEBERG_RETRY) != "0":
+            # A table made before that property: set it in a commit of its own (no snapshot, so pyiceberg
+            # does not retry it), before any commit of ours runs on it. Refused: another run set it, or
+            # committed; _commit refuses to run on a table still without it.
+            from pyiceberg.exceptions import CommitFailedException
+
+            try:
+                with t.transaction() as tx:
+                    tx.set_properties(**{NO_PYICEBERG_RETRY: "0"})
+            except CommitFailedException:
+                pass
+            t = self.catalog.load_table(ident)
         return t
 
     def drop(self, topic: str) -> None:
@@ -197,7 +222,13 @@ class Tables:
             step = iceberg_plan.catch_up(partition, base, _entries(archive, base))
             if step.empty and step.end == base:
                 if done:
-                    self.expire(t)
+                    self.expiry = self.expire(t)
+                    if self.expiry.expired:
+                        say(f"{topic}: table {'.'.join(self.identifier(topic))}: {self.expiry.expired} old snapshot(s) "
+                            f"expired, {len(self.expiry.deleted)} metadata file(s) deleted"
+                            + (f" ({self.expiry.retried} an earlier expiry failed to delete)" if self.expiry.retried else "")
+                            + (f", {len(self.expiry.failed)} not deleted (retried by the next expiry)"
+                               if self.expiry.failed else ""))
                 return done
             try:
                 self._commit(t, step, {**marks, partition: step.end})
@@ -238,14 +269,15 @@ class Tables:
         raise TableError(f"{doc.topic}/{doc.partition}: the Iceberg commit of compacted range [{doc.start}, {doc.end}) "
                          "kept failing; the next compaction run retries it")
 
-    def expire(self, t) -> int:
+    def expire(self, t) -> "Expiry":
         """Expire all but the newest KEEP_SNAPSHOTS snapshots of table `t`, once EXPIRE_BATCH more have piled
         up, and delete the metadata files only they used (their manifest lists, and manifests no kept
-        snapshot lists); the number expired. pyiceberg's expiry itself deletes no file, and this deletes
-        nothing outside the table's `metadata/` folder: the data files are the archive's objects."""
+        snapshot lists), with those an earlier expiry failed to delete; what it did. pyiceberg's expiry
+        itself deletes no file, and this deletes nothing outside the table's `metadata/` folder: the data
+        files are the archive's objects."""
         snaps = sorted(t.snapshots(), key=lambda s: s.sequence_number or 0)
         if len(snaps) < KEEP_SNAPSHOTS + EXPIRE_BATCH:
-            return 0
+            return Expiry()
         current = t.current_snapshot().snapshot_id
         old = [s for s in snaps[:-KEEP_SNAPSHOTS] if s.snapshot_id != current]
         gone = {s.snapshot_id for s in old}
@@ -254,7 +286,7 @@ class Tables:
             t.maintenance.expire_snapshots().by_ids([s.snapshot_id for s in old]).commit()
         except Exception as e:  # noqa: BLE001 - housekeeping: another run committed or expired meanwhile
             log.info("%s: snapshots not expired this time (%s: %s); a later run expires them", t.name(), type(e).__name__, e)
-            return 0
+            return Expiry()
         # Expired: no snapshot of the table names these files any more. A crash before (or while)
         # deleting them leaves a batch's files in Swift, unreferenced; nothing reads them.
         folder = t.location().rstrip("/") + "/metadata/"
@@ -263,21 +295,45 @@ class Tables:
         for s in old:
             try:
                 dead |= {m.manifest_path for m in s.manifests(t.io)} - live
-            except Exception:  # noqa: BLE001 - its manifest list is gone already (a run deleted it)
-                pass
-        for path in sorted(dead):
-            if path.startswith(folder):
-                try:
-                    t.io.delete(path)
-                except Exception:  # noqa: BLE001 - gone already, or Swift refused: an orphan, never read
-                    pass
-        return len(old)
+            except Exception as e:  # noqa: BLE001 - its manifest list is gone already (a run deleted it)
+                log.info("%s: the manifests of expired snapshot %s not read (%s: %s); only its manifest list "
+                         "is deleted", ".".join(t.name()), s.snapshot_id, type(e).__name__, e)
+        # The deletes an earlier expiry saw fail, tried again. Why a list kept beside the table and not
+        # a listing of `metadata/` for files no snapshot names: a listing would also find the manifests
+        # of a commit another run is making right now (written, not yet in the catalog) and delete them
+        # from under it. A file in the list was named only by expired snapshots, which no later commit
+        # names again (a commit starts from the current snapshot, which is kept), so deleting it later
+        # is as safe as deleting it now; the live ones are left out all the same, and only `metadata/`.
+        pending = PendingDeletes(t.io, t.location().rstrip("/") + "/" + PENDING_DELETES)
+        earlier = pending.read()
+        todo = sorted(p for p in (dead | earlier) - live if p.startswith(folder))
+        deleted, failed, error = [], [], None
+        for path in todo:
+            try:
+                t.io.delete(path)
+            except FileNotFoundError:
+                deleted.append(path)  # gone already: an earlier attempt's delete reached Swift after all
+            except Exception as e:  # noqa: BLE001 - Swift refused or did not answer: retried by the next expiry
+                failed.append(path)
+                error = error or e
+            else:
+                deleted.append(path)
+        if failed:
+            log.warning("%s: %d of %d metadata file(s) of expired snapshots not deleted (first %s: %s: %s); "
+                        "the next expiry retries them", ".".join(t.name()), len(failed), len(todo), failed[0],
+                        type(error).__name__, error)
+        if failed or earlier:
+            pending.write(failed)
+        return Expiry(len(old), tuple(deleted), tuple(failed), len(earlier & set(deleted)))
 
     def _commit(self, t, step: Step, marks: dict[int, int], drop: dict | None = None) -> None:
         """One Iceberg commit: the step's objects added, the files it replaces removed, every watermark."""
+        from pyiceberg.exceptions import CommitFailedException
         from pyiceberg.io.pyarrow import parquet_files_to_data_files
         from pyiceberg.table import TableProperties
 
+        if t.properties.get(NO_PYICEBERG_RETRY) != "0":  # see TABLE_PROPERTIES: the caller loads it again
+            raise CommitFailedException(f"{t.name()} would let pyiceberg retry a refused commit as it was planned")
         if drop is None and step.replace is not None:
             present = table_files(t, step.partition, *step.replace)
             names = iceberg_plan.covering(((p, lo, hi) for p, (lo, hi, _, _) in present.items()), *step.replace)
@@ -356,6 +412,56 @@ class Comparison:
         return not self.problems and self.table_records == self.manifest_records
 
 
+@dataclass(frozen=True)
+class Expiry:
+    """What one expiry did (`Tables.expire`): nothing at all until a batch of snapshots has piled up."""
+
+    expired: int = 0  # snapshots
+    deleted: tuple[str, ...] = ()  # metadata files deleted (this batch's, and earlier failures retried)
+    failed: tuple[str, ...] = ()  # metadata files whose delete failed: kept in PENDING_DELETES, retried next time
+    retried: int = 0  # of `deleted`, those an earlier expiry failed to delete
+
+
+class PendingDeletes:
+    """The table's metadata files whose delete failed, a small JSON object beside the table's folders
+    (`<location>/_deletes_pending.json`, read and written through the table's own FileIO: Swift's S3 API).
+
+    Bounded: at most PENDING_MAX paths (a batch deletes about one file a snapshot, so that is several whole
+    batches refused in a row: Swift refusing everything; the excess stays as orphans, said in the log). Read and rewritten by the expiry only,
+    once a batch; two runs expiring at the same moment could each rewrite it and lose the other's paths:
+    those files stay as orphans, unreferenced, which is what every failed delete was before this list.
+    """
+
+    def __init__(self, io, path: str):
+        self.io, self.path = io, path
+
+    def read(self) -> set[str]:
+        try:
+            with self.io.new_input(self.path).open() as f:
+                return set(json.loads(f.read())["paths"])
+        except FileNotFoundError:
+            return set()
+        except Exception as e:  # noqa: BLE001 - unreadable: its paths stay as orphans; new failures are kept
+            log.warning("%s not read (%s: %s): the deletes it holds are not retried", self.path, type(e).__name__, e)
+            return set()
+
+    def write(self, paths: list[str]) -> None:
+        try:
+            if not paths:
+                self.io.delete(self.path)
+                return
+            if len(paths) > PENDING_MAX:
+                log.warning("%s: %d failed deletes, %d kept for retrying, the rest left as orphans",
+                            self.path, len(paths), PENDING_MAX)
+            with self.io.new_output(self.path).create(overwrite=True) as f:
+                f.write(json.dumps({"paths": sorted(paths)[:PENDING_MAX]}).encode())
+        except FileNotFoundError:
+            pass
+        except Exception as e:  # noqa: BLE001 - housekeeping: those files stay as orphans, never read
+            log.warning("%s not written (%s: %s): %d failed delete(s) will not be retried",
+                        self.path, type(e).__name__, e, len(paths))
+
+
 def _fault(point: str) -> None:
     # For tests only, as archive._fault (which imports this module): MATOS_FAULT=<point> kills the
     # process right there, to prove that the next run repairs the table.
@@ -407,21 +513,34 @@ def keep_table(store: Store, prefix: str, topic, partition: int, say: Callable[[
     if not enabled() or topic.format != "parquet":
         return []
     try:
-        steps = Tables(store).sync(prefix, topic.name, partition, say)
+        tables = Tables(store)
+        steps = tables.sync(prefix, topic.name, partition, say)
     except Exception as e:  # noqa: BLE001 - the catalog's, S3's or pyiceberg's own: say what holds
         raise TableError(
             f"{topic.name}/{partition}: the range is archived and its offset committed, but the topic's Iceberg "
             f"table could not be updated ({type(e).__name__}: {e}). The next run of the partition catches the table "
             "up; check MATOS_ICEBERG_CATALOG and MATOS_S3_*, or rebuild it (the iceberg_table job, rebuild: true)"
         ) from None
+    notes = expiry_notes(tables, topic.name)
     added = [span for s in steps for span in s.ranges]
     if len(added) < 2:
-        return []  # the run's own range: said above, nothing to warn about
+        return notes  # the run's own range: said above, nothing to warn about
     # More than the run's own range: ranges a run stopped between manifest and table commit left
     # out, or ranges archived ahead of a hole that this run filled. Worth a line in the run's log.
-    return [f"Iceberg table of {topic.name}/{partition}: added {len(added)} ranges "
-            f"({', '.join(f'[{a}, {b})' for a, b in added)}), not only this run's: earlier ones were archived "
-            "but not yet in the table (a run stopped between its manifest and its table commit, or a hole before them)"]
+    return notes + [f"Iceberg table of {topic.name}/{partition}: added {len(added)} ranges "
+                    f"({', '.join(f'[{a}, {b})' for a, b in added)}), not only this run's: earlier ones were archived "
+                    "but not yet in the table (a run stopped between its manifest and its table commit, or a hole "
+                    "before them)"]
+
+
+def expiry_notes(tables: Tables, topic: str) -> list[str]:
+    """A warning for the run's log when the expiry its commit made could not delete every file."""
+    failed = tables.expiry.failed
+    if not failed:
+        return []
+    return [f"Iceberg table of {topic}: {len(failed)} metadata file(s) of expired snapshots could not be deleted "
+            f"(e.g. {failed[0]}); they are kept in {PENDING_DELETES} beside the table's metadata and the next "
+            "expiry deletes them (unreferenced meanwhile: nothing reads them)"]
 
 
 @dataclass(frozen=True)
@@ -465,7 +584,7 @@ def keep_compacted(store: Store, prefix: str, topic, partition: int, spans: list
     # First catch up: a compacted range across the watermark is replaced by catching up.
     tables.sync(prefix, topic.name, partition, say)
     archive = PartitionArchive(store, prefix, topic.name, partition)
-    out = []
+    out = expiry_notes(tables, topic.name)
     for start, end in spans:
         doc = archive.read(Entry(start, end, RANGE))
         if doc is not None and tables.replace(topic.name, Manifest.from_json(doc)):

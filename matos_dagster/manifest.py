@@ -67,13 +67,6 @@ def _largest(o: dict) -> dict:
     return {"largest_record_bytes": o["largest_record_bytes"]} if "largest_record_bytes" in o else {}
 
 
-def range_of(doc: dict) -> OffsetRange:
-    try:
-        return OffsetRange(doc["topic"], int(doc["partition"]), int(doc["start"]), int(doc["end"]))
-    except (KeyError, TypeError, ValueError) as e:
-        raise ManifestError(f"manifest does not name a range: {e}") from None
-
-
 # -- the manifest as a type: read once, checked, written back to the same JSON bytes ----------
 
 _ABSENT: Any = type("Absent", (), {"__repr__": lambda self: "ABSENT"})()  # a key older manifests lack

@@ -404,10 +404,6 @@ def encode_hashed(table: pa.Table, fmt: str) -> tuple[bytes, str]:
     return data, w.md5
 
 
-def to_parquet(table: pa.Table) -> bytes:
-    return encode(table, "parquet")
-
-
 def to_jsonl_gz(table: pa.Table) -> bytes:
     return encode(table, "jsonl")
 

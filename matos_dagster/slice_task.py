@@ -58,7 +58,7 @@ def archive_slice(job: SliceJob) -> list[dict]:
     """Write the records of `job.slice` as objects; return one manifest entry per object.
 
     Read by the native reader (matos_dagster/native: librdkafka straight into Arrow) when it is
-    built and not turned off (MATOS_NATIVE_READER=0), else by the Python loop; both write the
+    built and not turned off (MATOS_NATIVE_READER=false), else by the Python loop; both write the
     same bytes. Each entry says which one read it (`reader`), and the choice is logged.
     """
     why_not = native.why_not(job.kafka_conf)

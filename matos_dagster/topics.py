@@ -73,6 +73,28 @@ class TopicConfig:
         return self.asset_name + "_ranges"
 
 
+# What each key of the topics file means: the reference in the documentation is generated from
+# this (`python -m matos_dagster.topics`), and a test fails when a key has no line here.
+HELP = {
+    "name": "The Kafka topic (required).",
+    "group": "Consumer group whose committed offsets record what is archived; default MATOS_KAFKA_GROUP.",
+    "format": "`parquet` (zstd) or `jsonl` (gzip).",
+    "prefix": "Object name part between MATOS_SWIFT_PREFIX and `topic=<name>/`.",
+    "slice_records": "Offsets per Spark task, at most.",
+    "object_bytes": "Record bytes per object, before compression (far below Swift's 5 GiB limit).",
+    "max_record_bytes": "A larger record fails its range, naming its offset.",
+    "batch_records": "The lag sensor requests a range when this many records wait...",
+    "batch_bytes": "...or this many bytes (estimated from the last range's bytes per record)...",
+    "batch_age_s": "...or when the oldest waiting record is this old (below the sensor's interval).",
+    "max_range_records": "A backlog is cut into ranges no larger than this.",
+    "lag_warn_records": "Monitor: WARN above this lag when it is not shrinking.",
+    "stall_s": "Monitor: ERROR when a lagging partition's committed offset does not move this long.",
+    "compact_bytes": "Compaction: record bytes of a merged range.",
+    "compact_min_age_s": "Compaction: ranges archived less than this ago stay as they are.",
+    "compact_span_s": "Compaction: a merged range spans at most this much Kafka time.",
+    "compact_grace_s": "Compaction: replaced ranges are deleted this long after the switch.",
+}
+
 _FIELDS = {f.name: f for f in fields(TopicConfig)}
 _BATCH_KEYS = {"records": "batch_records", "bytes": "batch_bytes", "age_s": "batch_age_s",
                "max_range_records": "max_range_records"}
@@ -194,3 +216,19 @@ def _build(values: dict[str, Any], where: str) -> TopicConfig:
             f"{where}: max_record_bytes ({topic.max_record_bytes}) must not exceed object_bytes ({topic.object_bytes})"
         )
     return topic
+
+
+def reference() -> str:
+    """The topics file's keys as a Markdown table (the documentation's, exactly: a test compares)."""
+    written = {field: f"batch.{key}" for key, field in _BATCH_KEYS.items()}
+    rows = ["| key | type | default | meaning |", "| --- | --- | --- | --- |"]
+    for f in fields(TopicConfig):
+        default = "(required)" if f.name == "name" else f"`{f.default}`" if f.default != "" else "(empty)"
+        if f.name == "group":
+            default = "MATOS_KAFKA_GROUP"
+        rows.append(f"| `{written.get(f.name, f.name)}` | {f.type} | {default} | {HELP[f.name]} |")
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":
+    print(reference(), end="")

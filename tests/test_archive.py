@@ -6,17 +6,29 @@ one manifest, and every object listed is in Swift with its size, md5 and record 
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from helpers import check_archive, delete_records, manifests, produce, read_archive, read_kafka
 from matos_dagster import layout
 from matos_dagster.archive import DataLoss, RangeRefused, archive_range
+from matos_dagster.manifest import ManifestError
 from matos_dagster.ranges import OffsetRange
 from matos_dagster.resources.kafka import UnknownPartition, UnknownTopic
+from matos_dagster.settings import PROJECT_ROOT
 from matos_dagster.topics import TopicConfig
+from matos_dagster.verify import MISSING, SIZE, verify_topic
 
 
 def config(topic: str, **kw) -> TopicConfig:
@@ -211,6 +223,10 @@ def test_records_deleted_before_archiving_are_reported_as_loss_naming_the_offset
 
 
 def test_an_archived_range_whose_records_expired_is_verified_not_failed(kafka, swift, spark, new_topic):
+    """An archived and committed range rerun after its records expired is verified, not refused.
+
+    (Its offset is committed, so the rerun returns as "already archived": a range whose run died
+    before its commit is the next test.)"""
     topic = new_topic()
     produce(kafka, topic, [(b"k", b"v", [])] * 10)
     cfg = config(topic)
@@ -221,6 +237,154 @@ def test_an_archived_range_whose_records_expired_is_verified_not_failed(kafka, s
         again = archive_range(r, cfg, kafka, store, spark)
         assert again.verified_only and again.manifest["records"] == 10
         check_archive(kafka, store, topic, cfg.group)
+
+
+def audit(kafka, store, cfg: TopicConfig, sample: int | None = 0):
+    """The verifier (`python -m matos_dagster.verify --all`) over the topic's whole archive."""
+    return verify_topic(kafka, store, layout.join(store.params.prefix, cfg.prefix), cfg, sample)
+
+
+def no_spark():
+    """What the tests pass as `spark` where the archive must be verified only: no Spark task may run."""
+    raise AssertionError("archive_range asked for Spark: it was about to read the range from Kafka again")
+
+
+_KILLED_RUN = """
+import json, os, sys
+from matos_dagster.archive import archive_range
+from matos_dagster.ranges import OffsetRange
+from matos_dagster.resources import KafkaResource, SparkResource, SwiftResource
+from matos_dagster.topics import TopicConfig
+
+a = json.loads(sys.argv[1])
+kafka = KafkaResource(bootstrap_servers=a["bootstrap"], timeout_s=10)
+swift = SwiftResource(auth_url=a["auth_url"], user=a["user"], key=os.environ["MATOS_SWIFT_KEY"],
+                      container=a["container"], prefix="kafka", retries=2)
+spark = SparkResource(master=a["spark"]).spark_session
+with swift.store() as store:
+    archive_range(OffsetRange(**a["range"]), TopicConfig(**a["topic"]), kafka, store, spark)
+print("not killed")
+"""
+
+
+def killed_run(r: OffsetRange, cfg: TopicConfig, kafka_server, swift, connect_server, point: str) -> None:
+    """Archive `r` in a process of its own that MATOS_FAULT=<point> SIGKILLs there (archive.py's
+    fault points), as an OOM kill or a lost machine would; fails unless it was killed.
+
+    A client of the session's Spark Connect server, as `make run`'s runs are: it starts no JVM of
+    its own, so nothing of it outlives the kill (tests/test_faults.py kills classic drivers)."""
+    args = {"bootstrap": kafka_server.bootstrap_servers, "auth_url": swift.auth_url, "user": swift.user,
+            "container": swift.container, "spark": connect_server.url, "range": dict(vars(r)),
+            "topic": {"name": cfg.name, "group": cfg.group, "slice_records": cfg.slice_records}}
+    env = {**os.environ, "MATOS_SWIFT_KEY": swift.key, "MATOS_FAULT": point}
+    with tempfile.TemporaryFile("w+") as out:  # a file, not a pipe: nobody reads it while the run goes on
+        proc = subprocess.Popen([sys.executable, "-c", _KILLED_RUN, json.dumps(args)], env=env, cwd=PROJECT_ROOT,
+                                stdout=out, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        try:
+            code = proc.wait(300)
+        finally:
+            if proc.poll() is None:  # over time: ours, by its PID
+                proc.kill()
+                proc.wait(30)
+        out.seek(0)
+        assert code == -signal.SIGKILL, f"the run was not killed at {point}: exit {code}\n{out.read()[-3000:]}"
+
+
+def test_a_range_killed_after_its_manifest_whose_records_then_expired_is_verified_and_committed(
+        kafka, kafka_server, swift, spark, connect_server, new_topic):
+    """A run killed between its manifest and its offset commit, then retention deleted the range's
+    records: the rerun finds the manifest in Swift, the group's offset below the range and the
+    records gone. The range is archived, so this is no loss: the rerun verifies the objects
+    against the manifest, runs no Spark task, and commits past the range. While an object is
+    damaged it refuses instead (nothing can rewrite it now) and commits nothing."""
+    topic = new_topic()
+    produce(kafka, topic, ((f"k{i}".encode(), f"v{i}".encode() * 20, []) for i in range(30)))
+    cfg = config(topic, slice_records=5)
+    first, second = OffsetRange(topic, 0, 0, 10), OffsetRange(topic, 0, 10, 20)
+    with swift.store() as store:
+        prefix = layout.join(store.params.prefix, cfg.prefix)
+        archive_range(first, cfg, kafka, store, spark)
+        killed_run(second, cfg, kafka_server, swift, connect_server, "after-manifest")
+        doc = store.get_json(layout.manifest_name(prefix, second))
+        assert doc is not None and doc["records"] == 10 and len(doc["objects"]) == 2
+        assert kafka.committed(topic, [0], cfg.group) == {0: 10}  # killed before its commit
+        # Retention up to the range's end (not past it: records after it, unarchived, would be a real loss).
+        delete_records(kafka, topic, 0, second.end)
+        assert kafka.watermarks(topic, [0])[0][0] == 20
+
+        # An object gone: the manifest can no longer vouch for the range, and Kafka cannot refill it.
+        victim = doc["objects"][1]["name"]
+        kept = store.get(victim)
+        store.delete(victim)
+        with pytest.raises(ManifestError, match=re.escape(victim)):
+            archive_range(second, cfg, kafka, store, no_spark)
+        assert kafka.committed(topic, [0], cfg.group) == {0: 10}
+        store.put(victim, kept)  # put back as it was archived
+
+        again = archive_range(second, cfg, kafka, store, no_spark)
+        assert again.verified_only and again.already_archived and again.records_written == 0
+        assert again.manifest == doc and store.get_json(layout.manifest_name(prefix, second)) == doc
+        assert (again.committed_before, again.committed_after) == (10, 20)
+        assert kafka.committed(topic, [0], cfg.group) == {0: 20}
+        report = audit(kafka, store, cfg)
+        assert report.ok, report.render()
+        assert check_archive(kafka, store, topic, cfg.group) == {0: 20}
+
+
+def test_an_archived_committed_range_with_a_damaged_or_missing_object_is_rewritten_from_kafka_to_the_same_bytes(
+        kafka, swift, spark, new_topic):
+    """Rerun while Kafka still has its records, an archived and committed range whose objects do
+    not match its manifest (one deleted, one overwritten) is archived again: every object comes
+    back byte for byte, the manifest is the same, the offset stays where it was."""
+    topic = new_topic()
+    produce(kafka, topic, awkward_rows(30, 1))
+    cfg = config(topic, slice_records=10)
+    r = OffsetRange(topic, 0, 0, 30)
+    with swift.store() as store:
+        done = archive_range(r, cfg, kafka, store, spark)
+        names = [o["name"] for o in done.manifest["objects"]]
+        assert len(names) == 3
+        archived = {n: store.get(n) for n in names}
+        manifest_bytes = store.get(done.manifest_name)
+        store.delete(names[0])
+        store.put(names[1], b"not what was archived")
+        damaged = audit(kafka, store, cfg)
+        assert sorted((p.kind, p.name) for p in damaged.problems) == sorted([(MISSING, names[0]), (SIZE, names[1])])
+
+        again = archive_range(r, cfg, kafka, store, spark)
+        assert not again.verified_only and not again.already_archived
+        assert again.slices == 3 and again.records_written == 30
+        assert {n: store.get(n) for n in names} == archived
+        assert store.get(done.manifest_name) == manifest_bytes
+        assert (again.committed_before, again.committed_after) == (30, 30)
+        assert kafka.committed(topic, [0], cfg.group) == {0: 30}
+        report = audit(kafka, store, cfg, sample=None)  # and every record compared with Kafka's
+        assert report.ok and report.compared == 30, report.render()
+        check_archive(kafka, store, topic, cfg.group)
+
+
+def test_an_archived_committed_range_whose_object_is_gone_with_its_records_fails_loudly_and_keeps_the_offset(
+        kafka, swift, spark, new_topic):
+    """The same damage once retention deleted the records too: nothing can rewrite the object, so
+    the rerun fails naming it (no Spark task, no "verified"), the committed offset does not move,
+    and the verifier names the object."""
+    topic = new_topic()
+    produce(kafka, topic, awkward_rows(30, 1))
+    cfg = config(topic, slice_records=10)
+    r = OffsetRange(topic, 0, 0, 20)
+    with swift.store() as store:
+        done = archive_range(r, cfg, kafka, store, spark)
+        victim = done.manifest["objects"][0]["name"]
+        store.delete(victim)
+        delete_records(kafka, topic, 0, r.end)
+
+        with pytest.raises(ManifestError, match=rf"object {re.escape(victim)} of the manifest is missing"):
+            archive_range(r, cfg, kafka, store, no_spark)
+        assert kafka.committed(topic, [0], cfg.group) == {0: 20}
+        assert store.get(victim) is None  # nothing written in its place
+        report = audit(kafka, store, cfg)
+        assert [(p.kind, p.name) for p in report.problems] == [(MISSING, victim)], report.render()
+        assert victim in report.render()
 
 
 def test_a_range_overlapping_an_archived_one_is_refused(kafka, swift, spark, new_topic):
@@ -247,22 +411,60 @@ def test_the_offset_is_committed_only_to_the_end_of_the_contiguous_archived_pref
         check_archive(kafka, store, topic, cfg.group)
 
 
-def test_two_runs_of_the_same_range_at_once_cannot_corrupt_the_archive(kafka, swift, spark, new_topic):
-    from concurrent.futures import ThreadPoolExecutor
+# How long a run held at a meeting point waits for the other run before the test fails.
+HOLD_S = 180
 
+
+def test_two_runs_of_the_same_range_at_once_cannot_corrupt_the_archive(kafka, swift, spark, new_topic):
+    """Two runs of one range at once, each held at its manifest until the other is there too: both
+    have written every object of the range and neither has written the manifest, a moment no single
+    run goes through. Then both write the manifest, remove strays and commit. The archive is the one
+    a single run leaves: objects are named after the range, not the run, so what one run's stray
+    removal deletes is never what the other's manifest lists."""
     topic = new_topic()
     produce(kafka, topic, awkward_rows(600, 1))
     cfg = config(topic, slice_records=100)
     r = OffsetRange(topic, 0, 0, 600)
+    with swift.store() as store:
+        prefix = layout.join(store.params.prefix, cfg.prefix)
+    name, folder = layout.manifest_name(prefix, r), layout.range_dir(prefix, r) + "/"
+    both_held: dict = {}
+
+    def look():  # by the last run to arrive, while both are held: what Swift holds then
+        with swift.store() as store:
+            both_held.update(at=time.monotonic(), manifest=store.get(name),
+                             objects=sorted(i["name"] for i in store.list(folder)))
+
+    meeting = threading.Barrier(2, action=look, timeout=HOLD_S)
 
     def run():
         with swift.store() as store:
-            return archive_range(r, cfg, kafka, store, spark)
+            put_json = store.put_json
+
+            def held(n, doc):
+                if n == name:
+                    meeting.wait()
+                return put_json(n, doc)
+
+            store.put_json = held
+            t0 = time.monotonic()
+            try:
+                return archive_range(r, cfg, kafka, store, spark), t0, time.monotonic()
+            except BaseException:
+                meeting.abort()  # the other run waits no longer: this one will never come
+                raise
 
     with ThreadPoolExecutor(2) as pool:
-        a, b = [f.result() for f in [pool.submit(run), pool.submit(run)]]
+        (a, a0, a1), (b, b0, b1) = [f.result() for f in [pool.submit(run), pool.submit(run)]]
+    # The race happened: both runs read the range from Kafka (neither found it archived), and both
+    # were under way, objects written and manifest not, at one moment.
+    assert a.records_written == b.records_written == 600 and a.slices == b.slices == 6
+    assert max(a0, b0) < both_held["at"] < min(a1, b1)
+    assert both_held["manifest"] is None and len(both_held["objects"]) == 6, both_held
     assert a.manifest == b.manifest
     with swift.store() as store:
+        listed = sorted(i["name"] for i in store.list(folder))
+        assert listed == sorted([o["name"] for o in a.manifest["objects"]] + [name])
         assert read_archive(store, a.manifest) == read_kafka(kafka, topic, 0)
         assert check_archive(kafka, store, topic, cfg.group) == {0: 600}
 
@@ -352,36 +554,64 @@ def test_objects_of_an_earlier_attempt_with_other_settings_are_removed_when_the_
 
 def test_two_different_ranges_archived_at_once_both_finish_and_the_offset_ends_past_both(
         kafka, swift, spark, new_topic):
-    import threading
-    from concurrent.futures import ThreadPoolExecutor
-
+    """Two neighbouring ranges archived at once, their offset commits crossed as Kafka allows (its
+    commit is not compare-and-set): the first range's run computes its commit, 300, before the
+    second's manifest exists, and that commit lands only after the second run committed 600 and
+    ended. The offset is back at 300 for a moment; the first run reads it back, finds the archive
+    now reaching 600, and commits that again: the offset ends past both ranges."""
     topic = new_topic()
     produce(kafka, topic, awkward_rows(600, 1))
     cfg = config(topic, slice_records=100)
-    seen: list[int | None] = []
-    done = threading.Event()
+    first, second = OffsetRange(topic, 0, 0, 300), OffsetRange(topic, 0, 300, 600)
+    first_committing, second_done = threading.Event(), threading.Event()
+    commits: list[tuple[str, int, int]] = []  # (run, offset it committed, offset read right after)
 
-    def watch():  # the committed offset as others see it, while both runs commit
-        while not done.is_set():
-            seen.append(kafka.committed(topic, [0], cfg.group)[0])
+    def wait(event: threading.Event, what: str) -> None:
+        if not event.wait(HOLD_S):
+            raise AssertionError(f"{what}: not within {HOLD_S}s")
 
-    def run(r):
+    class Commits:
+        """The run's Kafka resource: its commits recorded, the first run's first commit held."""
+
+        def __init__(self, who: str):
+            self.who = who
+
+        def __getattr__(self, attr):
+            return getattr(kafka, attr)
+
+        def commit(self, topic_, offsets, group=None):
+            if self.who == "first" and not first_committing.is_set():
+                first_committing.set()
+                wait(second_done, "the second run's end")
+            kafka.commit(topic_, offsets, group)
+            commits.append((self.who, offsets[0], kafka.committed(topic_, [0], group)[0]))
+
+    def run(who: str, r: OffsetRange):
         with swift.store() as store:
-            return archive_range(r, cfg, kafka, store, spark)
+            put_json = store.put_json
 
-    watcher = threading.Thread(target=watch)
-    watcher.start()
-    try:
-        with ThreadPoolExecutor(2) as pool:
-            a, b = pool.map(run, [OffsetRange(topic, 0, 0, 300), OffsetRange(topic, 0, 300, 600)])
-    finally:
-        done.set()
-        watcher.join()
+            def held(n, doc):
+                # The second manifest waits until the first run has computed its commit without it.
+                if who == "second" and n.endswith(layout.MANIFEST):
+                    wait(first_committing, "the first run's commit")
+                return put_json(n, doc)
+
+            store.put_json = held
+            t0 = time.monotonic()
+            try:
+                return archive_range(r, cfg, Commits(who), store, spark), t0, time.monotonic()
+            finally:
+                if who == "second":
+                    second_done.set()
+                else:
+                    first_committing.set()  # if it failed before its commit: the second waits no longer
+
+    with ThreadPoolExecutor(2) as pool:
+        (a, a0, a1), (b, b0, b1) = pool.map(run, ["first", "second"], [first, second])
+    assert max(a0, b0) < min(a1, b1)  # the runs overlapped, and their commits crossed:
+    assert commits == [("second", 600, 600), ("first", 300, 300), ("first", 600, 600)], commits
     assert a.manifest["records"] == 300 and b.manifest["records"] == 300
-    assert a.committed_after in (300, 600) and b.committed_after in (None, 600)
-    assert 600 in (a.committed_after, b.committed_after)  # whichever finished last committed both
+    assert a.committed_after == b.committed_after == 600
     assert kafka.committed(topic, [0], cfg.group) == {0: 600}
-    moved = [c for c in seen if c is not None]
-    assert moved and moved[-1] == 600, seen
     with swift.store() as store:
         assert check_archive(kafka, store, topic, cfg.group) == {0: 600}

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from dagster import AssetKey, DagsterInstance, DagsterRunStatus, RunsFilter
 
-from helpers import check_archive, manifests, produce, read_archive, read_kafka, user_env
+from helpers import check_archive, manifests, new_instance, produce, read_archive, read_kafka, user_env
 from matos_dagster.jobs import backfill as bf
 from matos_dagster.ranges import OffsetRange
 from matos_dagster.resources import SwiftResource
@@ -358,9 +358,7 @@ def test_under_the_daemon_the_run_of_a_later_range_archives_the_pending_ones_bel
 
 def test_an_unknown_topic_or_waiting_without_a_daemon_is_refused_in_one_line_and_nothing_is_recorded(tmp_path):
     (tmp_path / "topics.yaml").write_text("topics:\n  - name: demo\n")
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    (home / "dagster.yaml").write_text((PROJECT_ROOT / "dagster.yaml").read_text())
+    home = new_instance(tmp_path / "dagster_home")
     env = {**os.environ, "DAGSTER_HOME": str(home), "MATOS_TOPICS_FILE": str(tmp_path / "topics.yaml")}
     p = subprocess.run([*MATOS, "backfill", "nosuch"], env=env, cwd=tmp_path, capture_output=True, text=True,
                        timeout=600)

@@ -4,13 +4,16 @@ Each test archives a partition as many small ranges with the product's own archi
 compacts it, and checks, with the product's reader and verifier and with Kafka itself, that
 every offset is in exactly one effective entry and every record is the same record, every
 field. Fault tests kill a compaction process at each step of the protocol (MATOS_FAULT
-points in compact.py) and let the next run finish it.
+points in compact.py) and let the next run finish it. Damage tests spoil a source range in
+Swift and show that compaction refuses it before the switch and leaves it for the verifier.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -18,13 +21,14 @@ import threading
 import time
 import uuid
 
+import pyarrow as pa
 import pytest
 
 from helpers import produce, read_kafka, table_rows
-from matos_dagster import layout, monitor, reader
+from matos_dagster import layout, monitor, reader, records, verify
 from matos_dagster.archive import archive_range
 from matos_dagster.archived import PartitionArchive
-from matos_dagster.compact import compact_partition, compact_topic, cursor_name
+from matos_dagster.compact import CompactionError, compact_partition, compact_topic, cursor_name
 from matos_dagster.ranges import OffsetRange
 from matos_dagster.settings import PROJECT_ROOT
 from matos_dagster.spans import coverage
@@ -359,3 +363,116 @@ def test_a_restore_resumed_from_a_marker_inside_a_compacted_range_restores_every
     keep = ("key", "value", "headers", "timestamp", "timestamp_type")
     assert [tuple(r[k] for k in keep) for r in restored] == [tuple(r[k] for k in keep) for r in source]
     assert kafka.committed(topic, [0], group) == {0: 90}
+
+
+# -- damaged input: compaction refuses it, switches nothing, deletes nothing ------------------
+
+
+def damage_missing(store, docs, pre) -> None:
+    store.delete(docs[1]["objects"][0]["name"])
+
+
+def damage_other_bytes(store, docs, pre) -> None:
+    # One value changed in the same length: a valid object with the manifest's records and
+    # offsets; only the md5 tells merge_group that these are not the bytes archived.
+    o = docs[1]["objects"][0]
+    table = records.decode(store.get(o["name"]), docs[1]["format"])
+    values = table["value"].to_pylist()
+    values[4] = values[4].upper()
+    table = table.set_column(table.schema.get_field_index("value"), "value", pa.array(values, pa.binary()))
+    store.put(o["name"], records.encode(table, docs[1]["format"]))
+
+
+def damage_swapped(store, docs, pre) -> None:
+    # Two records in the middle of the group change places; first, last and count stay.
+    reencode(store, docs, 1, lambda t1, t2: t2.take([0, 1, 2, 3, 5, 4, 6, 7, 8, 9]), pre)
+
+
+def damage_repeated(store, docs, pre) -> None:
+    # The second range's first record replaced by the first range's last: each object is in
+    # order and holds its count, but offset 9 would be merged twice and offset 10 not at all.
+    reencode(store, docs, 1, lambda t1, t2: pa.concat_tables([t1.slice(9, 1), t2.slice(1)]), pre)
+
+
+def damage_record_missing(store, docs, pre) -> None:
+    # A record gone from the middle of an object whose manifest still counts it.
+    reencode(store, docs, 1, lambda t1, t2: pa.concat_tables([t2.slice(0, 4), t2.slice(5)]), pre)
+
+
+def damage_totals(store, docs, pre) -> None:
+    # The manifest claims a record more than its objects, which are intact, hold.
+    docs[1]["records"] += 1
+    store.put_json(layout.manifest_name(pre, OffsetRange(docs[1]["topic"], 0, docs[1]["start"], docs[1]["end"])),
+                   docs[1])
+
+
+def reencode(store, docs, i: int, change, pre) -> None:
+    """Write range i's only object anew as `change(first range's table, range i's table)`, and
+    its manifest entry to match (md5, bytes): the object is intact for Swift, wrong inside."""
+    fmt = docs[i]["format"]
+    tables = [records.decode(store.get(d["objects"][0]["name"]), fmt) for d in docs]
+    data = records.encode(change(*tables), fmt)
+    o = docs[i]["objects"][0]
+    o["md5"] = store.put(o["name"], data)
+    o["bytes"] = len(data)
+    docs[i]["bytes"] = len(data)
+    store.put_json(layout.manifest_name(pre, OffsetRange(docs[i]["topic"], 0, docs[i]["start"], docs[i]["end"])),
+                   docs[i])
+
+
+# damage: (how, what CompactionError says (a pattern; {object}: the damaged object), the
+# verifier's kinds of problem, whether the verifier names the object (else the range's manifest)).
+# Another md5 is `size` to the verifier when the new bytes' length differs too (its message gives
+# both md5s), `md5` when only the bytes differ.
+DAMAGES = {
+    "an-object-missing": (damage_missing, "object {object} of the group .* is missing from Swift",
+                          {verify.MISSING}, True),
+    "an-object-with-another-md5": (damage_other_bytes, "object {object} in Swift does not match its manifest's md5",
+                                   {verify.MD5, verify.SIZE}, True),
+    "records-out-of-order": (damage_swapped, "object {object} does not hold the 10 ordered records",
+                             {verify.OFFSETS}, True),
+    "a-record-repeated-across-objects": (damage_repeated, "object {object} does not hold the 10 ordered records",
+                                         {verify.OFFSETS}, True),
+    # Named by the object: the merged totals would refuse it too, but only naming the group.
+    "a-record-missing": (damage_record_missing, "object {object} does not hold the 10 ordered records",
+                         {verify.RECORDS}, True),
+    "merged-totals-differ": (damage_totals, "the merged objects have records 20, the replaced manifests 21",
+                             {verify.MANIFEST}, False),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGES))
+def test_compaction_refuses_damaged_input_switches_nothing_deletes_nothing(kafka, swift, spark, new_topic, damage):
+    """A group whose input is not what its manifests say is not merged: CompactionError naming
+    the damage, no merged manifest (the switch), every source object and manifest left in Swift,
+    and the verifier still names the damaged object (or manifest) afterwards."""
+    spoil, says, kinds, names_object = DAMAGES[damage]
+    topic = new_topic()
+    cfg = config(topic)
+    load(kafka, topic, 20)
+    with swift.store() as store:
+        store.check()
+        archive_small(kafka, store, spark, cfg, 0, 20)
+        pre = prefix(store, cfg)
+        docs = [store.get_json(layout.manifest_name(pre, OffsetRange(topic, 0, a, a + RANGE_RECORDS)))
+                for a in (0, 10)]
+        assert [len(d["objects"]) for d in docs] == [1, 1]
+        # One group of both ranges: compact_bytes is reached exactly with the second.
+        cfg = dataclasses.replace(cfg, compact_bytes=sum(d["record_bytes"] for d in docs))
+        spoil(store, docs, pre)
+        damaged = docs[1]["objects"][0]["name"] if names_object else \
+            layout.manifest_name(pre, OffsetRange(topic, 0, 10, 20))
+        there = {o["name"] for o in store.list(layout.partition_dir(pre, topic, 0))}
+        committed = kafka.committed(topic, [0], cfg.group)[0]
+
+        with pytest.raises(CompactionError, match=says.format(object=re.escape(docs[1]["objects"][0]["name"]))):
+            compact_partition(cfg, 0, committed, store, pre, spark)
+
+        merged = OffsetRange(topic, 0, 0, 20)
+        assert store.get(layout.manifest_name(pre, merged)) is None  # no switch
+        assert effective_spans(store, cfg) == [(0, 10), (10, 20)]
+        left = {o["name"] for o in store.list(layout.partition_dir(pre, topic, 0))}
+        assert there <= left, there - left  # nothing of the sources deleted
+        report = verify_topic(kafka, store, pre, cfg, 0)
+        assert not report.ok
+        assert {(p.kind, p.name) for p in report.problems} & {(k, damaged) for k in kinds}, report.render()

@@ -34,7 +34,7 @@ from dagster import AssetCheckKey, AssetKey, DagsterEventType, DagsterInstance, 
 from dagster._core.scheduler.instigation import InstigatorType, TickStatus
 
 from browser import dump_dom, ensure_chromium, screenshot
-from helpers import check_archive, manifests, produce, read_archive, read_kafka
+from helpers import check_archive, manifests, new_instance, produce, read_archive, read_kafka
 from pg_server import PRODUCTION_INSTANCE, environment, new_database, running_postgres
 from matos_dagster.devstack import process
 from matos_dagster.devstack.process import free_port
@@ -183,10 +183,8 @@ def dev_project(tmp: Path, topics_yaml: str, container: str, instance_env: dict[
     instance_env = instance_env or {}
     (tmp / "topics.yaml").write_text(topics_yaml)
     (tmp / "workspace.yaml").write_text(WORKSPACE)
-    home = tmp / "dagster_home"
-    home.mkdir()
     instance_yaml = PRODUCTION_INSTANCE if instance_env else PROJECT_ROOT / "dagster.yaml"
-    (home / "dagster.yaml").write_text(instance_yaml.read_text())
+    home = new_instance(tmp / "dagster_home", instance_yaml, env=instance_env)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "DAGSTER_HOME": str(home),
            "MATOS_TOPICS_FILE": str(tmp / "topics.yaml"), "MATOS_SWIFT_CONTAINER": container,
            **instance_env, **settings}

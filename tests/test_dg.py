@@ -14,7 +14,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from helpers import check_archive, produce, read_kafka, user_env
+from helpers import check_archive, new_instance, produce, read_kafka, user_env
 from matos_dagster.ranges import OffsetRange
 from matos_dagster.resources import SwiftResource
 from matos_dagster.settings import PROJECT_ROOT
@@ -26,9 +26,7 @@ DG = str(BIN / "dg")
 def offline_env(tmp_path, topics_yaml: str = "topics:\n  - name: demo\n") -> dict:
     """A user's environment for commands that only load the definitions (no server is reached)."""
     (tmp_path / "topics.yaml").write_text(topics_yaml)
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    (home / "dagster.yaml").write_text((PROJECT_ROOT / "dagster.yaml").read_text())
+    home = new_instance(tmp_path / "dagster_home")
     return {**os.environ, "DAGSTER_HOME": str(home), "MATOS_TOPICS_FILE": str(tmp_path / "topics.yaml")}
 
 

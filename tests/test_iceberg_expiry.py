@@ -46,14 +46,14 @@ def test_snapshots_beyond_the_newest_ones_expire_in_batches_and_the_table_keeps_
     monkeypatch.setattr(iceberg, "EXPIRE_BATCH", 2)
     for i in range(4):  # fewer than KEEP + BATCH: nothing expires
         table.append(batch(i * 5), snapshot_properties=summary({0: i * 5 + 5}))
-    assert tables.expire(table) == 0 and len(table.snapshots()) == 4
+    assert tables.expire(table).expired == 0 and len(table.snapshots()) == 4
     table.append(batch(20), snapshot_properties=summary({0: 25}))
     current = table.current_snapshot().snapshot_id
 
     expired = sorted(table.snapshots(), key=lambda s: s.sequence_number)[:2]
     data_files = files_under(tmp_path / "wh", "data")
 
-    assert tables.expire(table) == 2
+    assert tables.expire(table).expired == 2
     table = tables.catalog.load_table(("ns", "t"))
     assert len(table.snapshots()) == 3
     assert table.current_snapshot().snapshot_id == current
@@ -81,7 +81,7 @@ def test_expiry_deletes_the_manifests_only_expired_snapshots_used(local_table, m
     now = {m.manifest_path.removeprefix("file://") for m in table.current_snapshot().manifests(table.io)}
     assert before - now  # the overwrite's snapshot no longer lists the appends' manifests
     snapshots = len(table.snapshots())
-    assert tables.expire(table) == snapshots - 1  # all but the current one
+    assert tables.expire(table).expired == snapshots - 1  # all but the current one
     table = tables.catalog.load_table(("ns", "t"))
     metadata = files_under(tmp_path / "wh", "metadata")
     assert not (before - now) & metadata and now <= metadata

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -22,7 +21,7 @@ import pytest
 import requests
 from dagster import DagsterInstance
 
-from helpers import check_archive, manifests, produce, read_archive, read_kafka, table_rows
+from helpers import check_archive, manifests, new_instance, produce, read_archive, read_kafka, table_rows
 from matos_dagster import layout
 from matos_dagster.archive import archive_range
 from matos_dagster.devstack.keystone import ARCHIVER, AUDITOR, PROJECT, KeystoneServer
@@ -225,9 +224,7 @@ def test_a_cli_archive_through_keystone_leaves_no_password_secret_or_token_anywh
     group = f"ks-{uuid.uuid4().hex[:8]}"
     container = f"ks-cli-{uuid.uuid4().hex[:10]}"
     (tmp_path / "topics.yaml").write_text(f"topics:\n  - name: {topic}\n    group: {group}\n    slice_records: 25\n")
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    shutil.copy(PROJECT_ROOT / "dagster.yaml", home / "dagster.yaml")
+    home = new_instance(tmp_path / "dagster_home")
     event_logs = tmp_path / "spark-events"
     event_logs.mkdir()
     base = {

@@ -83,3 +83,55 @@ def test_a_version_1_manifest_still_reads_back_to_its_bytes_and_a_newer_version_
     with pytest.raises(manifest.ManifestError, match="manifest version 3 is not one this matos-dagster reads "
                                                      r"\(1, 2\): upgrade matos-dagster"):
         manifest.Manifest.from_json({**doc, "version": 3})
+
+
+# -- build's refusals: an object set that would put an offset twice, or outside its range, in a manifest --
+
+
+def obj(first: int, last: int, name: str | None = None) -> dict:
+    return {"name": name or f"x/part-{first:020d}.parquet", "records": max(last - first + 1, 0), "bytes": 1,
+            "md5": "0" * 32, "first_offset": first, "last_offset": last, "min_timestamp": None,
+            "max_timestamp": None}
+
+
+# The range is [10, 20) throughout; objects are (first offset, last offset), in the order given.
+@pytest.mark.parametrize("spans", [
+    pytest.param([(10, 14), (14, 19)], id="sharing-one-offset"),
+    pytest.param([(10, 19), (12, 15)], id="one-inside-another"),
+    pytest.param([(10, 14), (10, 14)], id="the-same-slice-twice"),
+    pytest.param([(15, 19), (10, 16)], id="overlapping-listed-out-of-order"),
+    pytest.param([(10, 11), (12, 13), (13, 19)], id="the-last-two-of-three"),
+])
+def test_build_refuses_objects_that_share_an_offset(spans):
+    """A manifest never lists two objects holding one offset: that would be a slice archived twice,
+    and a reader taking every object once would return its records twice."""
+    objects = [obj(a, b, f"o{i}") for i, (a, b) in enumerate(spans)]
+    with pytest.raises(manifest.ManifestError, match="overlap: a slice was archived twice"):
+        manifest.build(OffsetRange("t", 0, 10, 20), "parquet", objects)
+
+
+@pytest.mark.parametrize("first, last", [
+    pytest.param(9, 15, id="starting-before-the-range"),
+    pytest.param(15, 20, id="ending-at-the-range-end"),  # end is exclusive
+    pytest.param(20, 25, id="wholly-after-the-range"),
+    pytest.param(0, 5, id="wholly-before-the-range"),
+    pytest.param(15, 14, id="last-before-first"),
+])
+def test_build_refuses_an_object_holding_offsets_outside_the_range(first, last):
+    """Every object's offsets lie in the manifest's [start, end): the entry claims exactly its
+    range, so an offset outside would be in two entries, or in one that does not claim it."""
+    with pytest.raises(manifest.ManifestError, match=r"object bad holds offsets outside t/0\[10, 20\)"):
+        manifest.build(OffsetRange("t", 0, 10, 20), "parquet", [obj(first, last, "bad")])
+
+
+@pytest.mark.parametrize("spans", [
+    pytest.param([(10, 19)], id="one-object-filling-the-range"),
+    pytest.param([(10, 14), (15, 19)], id="adjacent-objects"),
+    pytest.param([(15, 19), (10, 14)], id="adjacent-objects-listed-out-of-order"),
+    pytest.param([(11, 12), (17, 18)], id="holes-at-both-ends-and-between"),  # markers, aborted records
+    pytest.param([], id="no-object-at-all"),  # a range of only markers and aborted records
+])
+def test_build_takes_disjoint_objects_inside_the_range_in_offset_order(spans):
+    """The refusals stop at the edges: disjoint objects within the range, holes included, make a manifest."""
+    doc = manifest.build(OffsetRange("t", 0, 10, 20), "parquet", [obj(a, b) for a, b in spans])
+    assert [(o["first_offset"], o["last_offset"]) for o in doc["objects"]] == sorted(spans)

@@ -1,7 +1,7 @@
 """The native slice reader (matos_dagster/native) writes what the Python reader writes.
 
 Each case runs `slice_task.archive_slice` twice on the same Kafka records, once per reader
-(MATOS_NATIVE_READER=0 / 1), into two directories of one container, and compares the objects
+(MATOS_NATIVE_READER=false / true), into two directories of one container, and compares the objects
 byte for byte, the manifest entries field by field, and the errors message by message. Real
 Kafka and Swift; no Spark (the task's own code, in this process).
 """
@@ -33,7 +33,7 @@ def native_is_built():
 
 
 def run(reader: str, monkeypatch, job: SliceJob) -> list[dict]:
-    monkeypatch.setenv("MATOS_NATIVE_READER", "1" if reader == "native" else "0")
+    monkeypatch.setenv("MATOS_NATIVE_READER", "true" if reader == "native" else "false")
     return slice_task.archive_slice(job)
 
 
@@ -213,9 +213,9 @@ def test_offsets_kafka_does_not_have_fail_both_readers_with_the_same_kafka_error
 
 
 def test_the_python_reader_is_used_and_named_when_the_native_one_is_turned_off(monkeypatch):
-    monkeypatch.setenv("MATOS_NATIVE_READER", "0")
-    assert native.why_not({}) == "MATOS_NATIVE_READER=0"
-    monkeypatch.setenv("MATOS_NATIVE_READER", "1")
+    monkeypatch.setenv("MATOS_NATIVE_READER", "false")
+    assert native.why_not({}) == "MATOS_NATIVE_READER=false"
+    monkeypatch.setenv("MATOS_NATIVE_READER", "true")
     assert native.why_not({"bootstrap.servers": "x", "enable.idempotence": True}) is None
     assert "oauth_cb" in native.why_not({"oauth_cb": lambda conf: None})  # only confluent-kafka takes callables
 
@@ -243,7 +243,7 @@ def test_a_spark_archive_run_names_the_reader_in_its_log_and_asset_metadata(kafk
     said = []
     with swift.store() as store:
         done = archive_range(OffsetRange(topic, 0, 0, 20), config(topic), kafka, store, spark, say=said.append)
-    # `make test-python-reader` runs this with MATOS_NATIVE_READER=0 in the session's Spark
+    # `make test-python-reader` runs this with MATOS_NATIVE_READER=false in the session's Spark
     # workers: then it proves those runs really used the Python reader.
     expected = "python" if native.disabled() else "native"
     assert done.reader == expected  # the executors' Python workers load it too

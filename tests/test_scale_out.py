@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -34,7 +33,7 @@ import pyspark
 import pytest
 from dagster import DagsterInstance
 
-from helpers import check_archive, manifests, produce, read_archive, read_kafka
+from helpers import check_archive, manifests, new_instance, produce, read_archive, read_kafka
 from matos_dagster.archive import archive_range
 from matos_dagster.devstack import process
 from matos_dagster.devstack.swift import SwiftServer
@@ -297,9 +296,7 @@ def test_a_standalone_cluster_archives_the_same_bytes_as_local_spark_and_never_s
     (tmp_path / "topics.yaml").write_text(
         f"topics:\n  - name: {topic}\n    group: {cluster_group}\n    slice_records: {SLICE_RECORDS}\n"
         f"    max_range_records: {MAX_RANGE_RECORDS}\n")
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    shutil.copy(PROJECT_ROOT / "dagster.yaml", home / "dagster.yaml")
+    home = new_instance(tmp_path / "dagster_home")
     spark_conf = ";".join([
         f"spark.app.name={app_name}",
         "spark.eventLog.enabled=true",

@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import shutil
 import subprocess
 import sys
 import uuid
@@ -35,7 +34,7 @@ from dagster import DagsterInstance
 from swiftclient import Connection
 from swiftclient.exceptions import ClientException
 
-from helpers import check_archive, manifests, produce, read_archive, read_kafka
+from helpers import check_archive, manifests, new_instance, produce, read_archive, read_kafka
 from matos_dagster.archive import archive_range
 from matos_dagster.devstack.kafka import KafkaServer
 from matos_dagster.devstack.process import free_port
@@ -313,9 +312,7 @@ def test_a_full_cli_archive_over_sasl_ssl_and_https_leaves_no_secret_anywhere(se
     group = f"secure-{uuid.uuid4().hex[:8]}"
     container = f"secure-{uuid.uuid4().hex[:10]}"
     (tmp_path / "topics.yaml").write_text(f"topics:\n  - name: {topic}\n    group: {group}\n    slice_records: 40\n")
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    shutil.copy(PROJECT_ROOT / "dagster.yaml", home / "dagster.yaml")
+    home = new_instance(tmp_path / "dagster_home")
     event_logs = tmp_path / "spark-events"
     event_logs.mkdir()
     env = {

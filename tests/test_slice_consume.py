@@ -81,7 +81,7 @@ class FakeStore:
 
 @pytest.fixture
 def fakes(monkeypatch):
-    monkeypatch.setenv("MATOS_NATIVE_READER", "0")  # the fake consumer stands in for the Python reader's
+    monkeypatch.setenv("MATOS_NATIVE_READER", "false")  # the fake consumer stands in for the Python reader's
     monkeypatch.setattr(slice_task, "Consumer", FakeConsumer)
     monkeypatch.setattr(slice_task, "Store", FakeStore)
     FakeConsumer.asked = []

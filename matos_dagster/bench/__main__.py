@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
 
                 container = f"bench-archive-{tag}"
                 settle()
-                a = paths.spark_run("archive", spec(topic, container, native_reader="1"), logs)
+                a = paths.spark_run("archive", spec(topic, container, native_reader="true"), logs)
                 stack.drop_container(container)
                 runs[name]["archive"].append(a)
                 say(f"{name} #{rep + 1} archive ({a['reader']} reader): {a['records']:,} records, {a['objects']} "
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
                 # The same archive with the Python slice reader, for the side-by-side table.
                 container = f"bench-archive-python-{tag}"
                 settle()
-                ap = paths.spark_run("archive", spec(topic, container, native_reader="0"), logs)
+                ap = paths.spark_run("archive", spec(topic, container, native_reader="false"), logs)
                 stack.drop_container(container)
                 runs[name]["archive_python"].append(ap)
                 say(f"{name} #{rep + 1} archive ({ap['reader']} reader): {ap['records']:,} records in "

@@ -22,6 +22,7 @@ and returning the exit code, its help line, and optionally a function adding its
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from typing import Callable, NamedTuple
@@ -188,8 +189,10 @@ class Command(NamedTuple):
 def demo_data(args: argparse.Namespace) -> int:
     from dagster import DagsterInstance
 
+    from matos_dagster import instance as home
     from matos_dagster.demo import load_demo_data
 
+    os.environ["DAGSTER_HOME"] = str(home.prepare())  # created once, under its lock
     with DagsterInstance.get() as instance:
         load_demo_data(instance)
     return 0
@@ -198,8 +201,10 @@ def demo_data(args: argparse.Namespace) -> int:
 def demo(args: argparse.Namespace) -> int:
     from dagster import DagsterInstance
 
+    from matos_dagster import instance as home
     from matos_dagster.demo import run_demo
 
+    os.environ["DAGSTER_HOME"] = str(home.prepare())  # created once, under its lock
     with DagsterInstance.get() as instance:
         run_demo(instance)
     return 0

@@ -2,18 +2,19 @@
 
 `available()` says whether it can be used here; `SliceReader` reads one slice as Arrow record
 batches (records.SCHEMA), with no Python object per record. Build: `python -m
-matos_dagster.native.build` (`make install` runs it). `MATOS_NATIVE_READER=0` turns it off.
+matos_dagster.native.build` (`make install` runs it). `MATOS_NATIVE_READER=false` turns it off.
 No Dagster imports.
 """
 
 from __future__ import annotations
 
 import ctypes
-import os
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+
+from matos_dagster import settings
 
 LIBRARY = Path(__file__).resolve().parent / "_slice_reader.so"
 
@@ -67,13 +68,13 @@ def _load() -> None:
 
 
 def disabled() -> bool:
-    return os.environ.get("MATOS_NATIVE_READER", "1").strip().lower() in ("0", "false", "no", "off")
+    return not settings.flag("MATOS_NATIVE_READER")
 
 
 def why_not(kafka_conf: dict[str, Any] | None = None) -> str | None:
     """None when the native reader can read with these settings; else why not (for the log)."""
     if disabled():
-        return "MATOS_NATIVE_READER=0"
+        return "MATOS_NATIVE_READER=false"
     _load()
     if _why_not is not None:
         return _why_not

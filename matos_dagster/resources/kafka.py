@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import re
 import threading
 import time
 from typing import Any, Callable, Iterator
@@ -40,6 +42,37 @@ class UnknownPartition(ValueError):
     pass
 
 
+class _OncePerCause(logging.Filter):
+    """Pass each kind of librdkafka log line once per process.
+
+    A client whose broker is down retries its connection every few milliseconds and logs each
+    try (292 lines in the 15 s before the one error that says what to change): the first line of
+    each kind says as much. Kinds differ in their words, not in their numbers (ports, ms, counts).
+    """
+
+    def __init__(self, most: int = 1000) -> None:
+        super().__init__()
+        self.seen: set[str] = set()
+        self.most = most
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        kind = re.sub(r"\d+", "#", record.getMessage())
+        if kind in self.seen:
+            return False
+        if len(self.seen) >= self.most:  # bounded, whatever runs for months
+            self.seen.clear()
+        self.seen.add(kind)
+        return True
+
+
+# librdkafka's own log: to Python logging (never straight to stderr), once per cause. With no
+# handler of the application's, nothing is shown (NullHandler: not Python's last-resort
+# stderr handler); `matos -v` or the application's logging configuration shows it.
+LIBRDKAFKA_LOG = logging.getLogger("matos_dagster.librdkafka")
+LIBRDKAFKA_LOG.addFilter(_OncePerCause())
+LIBRDKAFKA_LOG.addHandler(logging.NullHandler())
+
+
 _KEPT_MADE = threading.Lock()  # opening and closing kept_clients scopes, from any thread
 
 
@@ -72,7 +105,7 @@ class _Admin:
 
     def __init__(self, conf: dict[str, Any]) -> None:
         self.errors: list[KafkaError] = []
-        self.client = AdminClient({**conf, "error_cb": self.errors.append})
+        self.client = AdminClient({**conf, "error_cb": self.errors.append, "logger": LIBRDKAFKA_LOG})
 
     def close(self) -> None:
         pass  # an AdminClient has no close; librdkafka destroys it with the object
@@ -153,6 +186,7 @@ class KafkaResource(ConfigurableResource):
             # backoff did not grow), a log line each: so kept clients are released before a
             # Spark job, and never outlive their run or tick.
             "reconnect.backoff.ms": DRIVER_RECONNECT_BACKOFF_MS,
+            "logger": LIBRDKAFKA_LOG,
             **overrides,
         }
         return Consumer(conf)
@@ -221,11 +255,12 @@ class KafkaResource(ConfigurableResource):
                 raise
 
     def producer(self, **overrides: Any) -> Producer:
-        conf = {**self.client_config(), "enable.idempotence": True, "acks": "all", **overrides}
+        conf = {**self.client_config(), "enable.idempotence": True, "acks": "all", "logger": LIBRDKAFKA_LOG,
+                **overrides}
         return Producer(conf)
 
     def admin(self) -> AdminClient:
-        return AdminClient(self.client_config())
+        return AdminClient({**self.client_config(), "logger": LIBRDKAFKA_LOG})
 
     # -- questions the archive asks --------------------------------------------------
 
@@ -382,6 +417,7 @@ class KafkaResource(ConfigurableResource):
 
     def _unavailable(self, e: KafkaException, errors: list[KafkaError] = ()) -> KafkaUnavailable:
         err = e.args[0] if e.args else e
+        err = err.str() if isinstance(err, KafkaError) else err
         where = f"Kafka at {self.bootstrap_servers} ({self.security_protocol})"
         for x in errors:
             if x.code() == KafkaError._AUTHENTICATION:

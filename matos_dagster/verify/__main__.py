@@ -52,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--from must be an offset >= 0, got {args.from_offset}")
     since = EVERYTHING if args.all else FROM_MARK if args.from_offset is None else args.from_offset
     try:
+        settings.check()  # a bad setting: one line naming it, before Kafka or Swift is asked
         settings.apply_defaults()
         cfgs = topics.load(os.environ["MATOS_TOPICS_FILE"], default_group=os.environ["MATOS_KAFKA_GROUP"])
     except Exception as e:  # noqa: BLE001 - a broken topics file or setting is a usage error

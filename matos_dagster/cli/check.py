@@ -1,0 +1,142 @@
+"""`matos check`: before the first run, is every setting right? One line per part, OK or what to change.
+
+Settings and the topics file first (no network), then Kafka with the configured security (every
+topic of the topics file, and its group's committed offsets), Swift (authenticated, and the
+container proven writable by a probe object, removed again), the Spark master, and the Dagster
+instance. Each part within its configured timeout; a part that cannot be asked (its settings are
+wrong) is skipped, said so. Exit status 0 when every part is OK, else 1.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import time
+import uuid
+from typing import Callable, Iterator
+from urllib.parse import urlsplit
+
+from matos_dagster import settings
+
+OK, FAIL, SKIP = "OK", "FAIL", "SKIPPED"
+PROBE = "_matos_check"
+
+
+def run(say: Callable[[str], None] = print) -> int:
+    failed = False
+    for part, status, text in parts():
+        say(f"{part:<10} {status:<8} {text}")
+        failed |= status != OK
+    return 1 if failed else 0
+
+
+def parts() -> Iterator[tuple[str, str, str]]:
+    problems = settings.problems()
+    if problems:
+        yield "settings", FAIL, "; ".join(problems)
+        for part in ("topics", "kafka", "swift", "spark", "dagster"):
+            yield part, SKIP, "the settings must be right first"
+        return
+    yield "settings", OK, "every MATOS_ setting is valid"
+    try:
+        from matos_dagster import definitions
+    except Exception as e:  # noqa: BLE001 - a broken topics file names itself
+        yield "topics", FAIL, str(e).splitlines()[0]
+        for part in ("kafka", "swift", "spark", "dagster"):
+            yield part, SKIP, "the topics file must load first"
+        return
+    topics = definitions.TOPICS
+    yield "topics", OK, f"{settings.get('MATOS_TOPICS_FILE')}: {', '.join(t.name for t in topics)}"
+    resources = definitions.RESOURCES
+    yield _part("kafka", lambda: _kafka(resources["kafka"], topics))
+    yield _part("swift", lambda: _swift(resources["swift"]))
+    yield _part("spark", _spark)
+    yield _part("dagster", _dagster)
+
+
+def _part(name: str, ask: Callable[[], str]) -> tuple[str, str, str]:
+    started = time.monotonic()
+    try:
+        text = ask()
+    except Exception as e:  # noqa: BLE001 - each part's own errors say what to change
+        return name, FAIL, " ".join(str(e).split())
+    return name, OK, f"{text} ({time.monotonic() - started:.1f}s)"
+
+
+def _kafka(resource, topics) -> str:
+    from matos_dagster.resources.kafka import UnknownTopic
+
+    kafka = resource.process_config_and_initialize()
+    found = []
+    with kafka.kept_clients():
+        for topic in topics:
+            try:
+                parts = kafka.partitions(topic.name)
+            except UnknownTopic:
+                raise UnknownTopic(f"topic {topic.name!r} of the topics file does not exist on "
+                                   f"{kafka.bootstrap_servers}: create it, or take it out of the topics file") from None
+            committed = kafka.committed(topic.name, parts, topic.group)
+            done = sum(o is not None for o in committed.values())
+            found.append(f"{topic.name} ({len(parts)} partitions, group {topic.group} committed on {done})")
+    return f"{kafka.bootstrap_servers} ({kafka.security_protocol}): " + ", ".join(found)
+
+
+def _swift(resource) -> str:
+    from swiftclient.exceptions import ClientException
+
+    from matos_dagster.store import Store
+
+    swift = resource.process_config_and_initialize()
+    params = swift.params()
+    with Store(params) as store:
+        conn = store._conn
+        try:
+            conn.head_container(store.container)
+        except ClientException as e:
+            if e.http_status != 404:
+                raise store._explain(e, "read container") from None
+            conn.head_account()  # authenticated, the account answers: the first run creates the container
+            return (f"{params.auth_url} (auth v{params.auth_version}): container {store.container} does not exist "
+                    "yet; the first archive run creates it (private)")
+        except Exception as e:  # noqa: BLE001 - refused connection, DNS, TLS: explained with the settings
+            raise store._explain(e, "authenticate") from None
+        probe = f"{params.prefix}/{PROBE}/{uuid.uuid4().hex}" if params.prefix else f"{PROBE}/{uuid.uuid4().hex}"
+        store.put(probe, b"matos check: this object is removed at once")
+        store.delete(probe)
+    return f"{params.auth_url} (auth v{params.auth_version}): container {store.container} writable (probe written, removed)"
+
+
+def _spark() -> str:
+    # From the setting itself: the resource cannot be built outside a run (it tears its session down).
+    master = settings.get("MATOS_SPARK_MASTER").strip()
+    if master.startswith("sc://"):
+        from matos_dagster.resources.spark import _check_reachable
+
+        _check_reachable(master, timeout_s=float(settings.get("MATOS_KAFKA_TIMEOUT_S")))
+        return f"Spark Connect server {master} answers"
+    if master.startswith("local"):
+        if not shutil.which("java") and not _java_home():
+            raise RuntimeError(f"MATOS_SPARK_MASTER is {master}, a driver of its own, which needs Java 17 or later: "
+                               "install it (apt-get install openjdk-17-jre-headless) or set JAVA_HOME")
+        return f"{master}: each run starts its own Spark driver (Java found)"
+    where = urlsplit(master)
+    if where.hostname and where.port:
+        socket.create_connection((where.hostname, where.port), timeout=10).close()
+        return f"{master} answers"
+    return f"{master}: not checked (only sc://, local and host:port masters are)"
+
+
+def _java_home() -> bool:
+    import os
+    from pathlib import Path
+
+    home = os.environ.get("JAVA_HOME")
+    return bool(home) and (Path(home) / "bin" / "java").exists()
+
+
+def _dagster() -> str:
+    from dagster import DagsterInstance
+
+    with DagsterInstance.get() as instance:
+        kind = type(instance.run_storage).__name__
+        return f"instance {instance.root_directory} opened ({kind})"

@@ -1,0 +1,116 @@
+"""The Dagster instance no two commands can break: its storage is created once, under a lock.
+
+Dagster creates a sqlite instance's storage on first open, unlocked: commands started at once on a
+fresh DAGSTER_HOME can stamp `history/runs.db` twice, after which every command fails with
+"more than one head" (Dagster issue 27390). No servers are needed: the commands fail on a
+missing partition key after they opened the instance, as in the issue's reproduction.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+from matos_dagster import instance
+from matos_dagster.settings import PROJECT_ROOT
+
+MATOS = [sys.executable, "-m", "matos_dagster"]
+KEY = "demo:p00000:00000000000000000000-00000000000000000001"
+PRODUCTION_INSTANCE = PROJECT_ROOT / "dagster.postgres.yaml"
+
+
+def stamps(home) -> dict[str, list[str]]:
+    out = {}
+    for db in instance.SQLITE_DBS:
+        with sqlite3.connect(home / db) as conn:
+            out[db] = [r[0] for r in conn.execute("select version_num from alembic_version")]
+    return out
+
+
+def start(home, *args, **env):
+    clean = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
+    return subprocess.Popen([*MATOS, *args], env={**clean, "DAGSTER_HOME": str(home), **env}, cwd=home.parent,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def run(home, *args, **env) -> subprocess.CompletedProcess:
+    p = start(home, *args, **env)
+    out, err = p.communicate(timeout=300)
+    return subprocess.CompletedProcess(p.args, p.returncode, out, err)
+
+
+def test_commands_started_at_once_on_fresh_instances_leave_each_usable(tmp_path):
+    """Rounds of three commands at once on a new, empty DAGSTER_HOME: each answers with its own
+    refusal alone, and the instance is stamped once, usable by the next command. Without the
+    lock, about half the rounds leave two stamps."""
+    for round_ in range(6):
+        home = tmp_path / f"home{round_}"
+        home.mkdir()  # a user's own empty DAGSTER_HOME
+        procs = [start(home, "remove-key", KEY) for _ in range(3)]
+        outcomes = [(p.wait(300), p.stdout.read(), p.stderr.read()) for p in procs]
+        for code, out, err in outcomes:
+            lines = [line for line in err.splitlines() if "had no dagster.yaml" not in line]
+            assert code == 2 and lines == [
+                f"python -m matos_dagster remove-key: no archive asset has the partition key {KEY!r}; nothing removed"
+            ], err
+        assert all(len(revisions) == 1 for revisions in stamps(home).values()), (round_, stamps(home))
+        # The project's dagster.yaml, said once: by one of the three, never again.
+        assert sum("had no dagster.yaml" in err for _, _, err in outcomes) == 1
+        again = run(home, "remove-key", KEY)
+        assert "dagster.yaml" not in again.stderr and "No dagster instance configuration" not in again.stderr
+
+
+def test_an_instance_the_race_broke_is_named_in_one_line_and_repaired_by_one_command(tmp_path):
+    home = instance.prepare(tmp_path / "home", say=lambda line: None)
+    with sqlite3.connect(home / "history" / "runs.db") as conn:  # what the race leaves
+        conn.execute("insert into alembic_version values (?)", (instance.OLD_STAMP,))
+
+    broken = run(home, "remove-key", KEY)
+    assert broken.returncode == 2 and len(broken.stderr.splitlines()) == 1, broken.stderr
+    assert "history/runs.db has 2 alembic revisions" in broken.stderr and "27390" in broken.stderr
+    assert "instance --repair" in broken.stderr and "Traceback" not in broken.stderr
+
+    repaired = run(home, "instance", "--repair")
+    assert repaired.returncode == 0 and "repaired history/runs.db" in repaired.stdout, repaired.stderr
+    assert all(len(revisions) == 1 for revisions in stamps(home).values())
+    after = run(home, "remove-key", KEY)
+    assert after.returncode == 2 and "nothing removed" in after.stderr, after.stderr
+
+
+def test_a_repair_of_stamps_the_race_cannot_leave_changes_nothing(tmp_path):
+    home = instance.prepare(tmp_path / "home", say=lambda line: None)
+    with sqlite3.connect(home / "history" / "runs.db") as conn:
+        conn.execute("insert into alembic_version values ('0123456789ab')")
+    with pytest.raises(instance.InstanceError, match="not the two this race leaves"):
+        instance.repair(home)
+    assert len(stamps(home)["history/runs.db"]) == 2
+
+
+def test_the_postgres_instance_without_its_variables_is_one_line_naming_them(tmp_path):
+    home = tmp_path / "dagster-pg"
+    home.mkdir()
+    (home / "dagster.yaml").write_text(PRODUCTION_INSTANCE.read_text())
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DAGSTER_PG_")}
+    p = subprocess.run([*MATOS, "remove-key", KEY], env={**env, "DAGSTER_HOME": str(home)}, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 2 and p.stdout == "", p.stderr
+    assert p.stderr.splitlines() == [
+        f"python -m matos_dagster remove-key: the Dagster instance in {home} reads DAGSTER_PG_DB, DAGSTER_PG_HOST, "
+        "DAGSTER_PG_PASSWORD, DAGSTER_PG_PORT, DAGSTER_PG_USERNAME from the environment, which are not set: "
+        "`make up` with MATOS_DEVSTACK_DAGSTER_STORAGE=postgres prints them for the local PostgreSQL, and "
+        "`make run-postgres` sets them"
+    ]
+
+
+def test_make_up_and_make_run_postgres_create_the_instance_before_anything_opens_it(tmp_path):
+    env = {**os.environ, "MATOS_DEVSTACK_DIR": str(tmp_path / ".devstack")}
+    for target, before in (("up", "matos_dagster.devstack up"), ("run-postgres", "matos_dagster.devstack demo-data")):
+        p = subprocess.run(["make", "--dry-run", "--always-make", target], cwd=PROJECT_ROOT, env=env,
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        assert "-m matos_dagster.instance" in p.stdout, p.stdout
+        assert p.stdout.index("-m matos_dagster.instance") < p.stdout.index(before)
