@@ -10,7 +10,7 @@ export DAGSTER_HOME := $(MATOS_DEVSTACK_DIR)/dagster
 DAGSTER_PORT ?= 3000
 PYTEST_TIMEOUT ?= 1200
 
-.PHONY: install run run-postgres up down status demo test test-all test-python-reader bench bench-peer bench-history bench-compaction bench-ui clean
+.PHONY: install run run-postgres up down status demo test test-all test-python-reader docs bench bench-peer bench-history bench-compaction bench-ui clean
 
 install: $(STAMP) $(NATIVE)
 
@@ -18,7 +18,7 @@ install: $(STAMP) $(NATIVE)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,bench]'
+	$(BIN)/pip install --quiet -e '.[test,bench,docs]'
 	touch $(STAMP)
 
 # The native slice reader (matos_dagster/native): built with `cc` where librdkafka's header is
@@ -89,11 +89,20 @@ test-python-reader: install
 	MATOS_NATIVE_READER=false $(BIN)/python -m pytest -m "not slow" --timeout=$(PYTEST_TIMEOUT) --durations=10 \
 		--junitxml=test-output/junit-python-reader.xml $(READER_PROOFS)
 
-# Everything the benchmark issue asks for, latency included (about an hour on 2 cores);
-# e.g. BENCH_ARGS="--quick --repeat 2" for a short run.
+# The documentation (docs/, mkdocs.yml) into site/; --strict: a broken link or anchor fails it.
+docs: install
+	$(BIN)/mkdocs build --strict -d site
+
+# Every benchmark, latency included (the throughput part about an hour on 2 cores); e.g.
+# BENCH_ARGS="--quick --repeat 2" for a short run. Raw results in .bench/; the tables and the
+# chart the documentation's performance page shows are written into docs/performance/.
+BENCH_DOCS := docs/performance
 bench: install
 	$(BIN)/python -m matos_dagster.bench --latency $(BENCH_ARGS)
+	$(BIN)/python -m matos_dagster.bench.report .bench/results.json --markdown $(BENCH_DOCS)/results.md \
+		--chart $(BENCH_DOCS)/throughput.png
 	$(BIN)/python -m matos_dagster.bench --history $(HISTORY_ARGS)
+	cp .bench/history.md $(BENCH_DOCS)/history.md
 	$(BIN)/python -m matos_dagster.bench.compaction
 	$(BIN)/python -m matos_dagster.bench.ui $(UI_ARGS)
 	$(BIN)/python -m matos_dagster.bench --peer --peer-faults $(PEER_ARGS)
@@ -108,6 +117,7 @@ bench-peer: install
 # for 0 and 10,000, or e.g. HISTORY_ARGS="--history-n 0,100000,1000000".
 bench-history: install
 	$(BIN)/python -m matos_dagster.bench --history $(HISTORY_ARGS)
+	cp .bench/history.md $(BENCH_DOCS)/history.md
 
 clean: down
 	rm -rf $(VENV) .devstack

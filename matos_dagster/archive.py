@@ -1,4 +1,4 @@
-"""Archiving one offset range, exactly once: the protocol of DESIGN.md, on the driver.
+"""Archiving one offset range, exactly once: the protocol of docs/design.md, on the driver.
 
 1. validate the range against Kafka (topic, partition, log start and end offsets);
 2. run its slices as Spark tasks, each writing its own deterministically named objects;

@@ -1,6 +1,6 @@
 """Compaction: adjacent small ranges of a partition become one range of large objects, exactly once.
 
-The protocol (README "Compaction"), for one partition, below its committed offset:
+The protocol (docs/operations/compaction.md), for one partition, below its committed offset:
 
 1. **Plan** (`plan`, pure): walk the effective entries from the partition's compaction cursor;
    group adjacent archived ranges greedily in offset order until a group's record bytes reach

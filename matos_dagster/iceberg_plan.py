@@ -10,7 +10,7 @@ from there (archived.py's `entries_from`) up to the first hole: the ranges whose
 written since the last commit, including one a crashed run wrote and never added. So a range is
 added once (the watermark moves past it in the commit that adds it), never before its manifest
 exists, and an object its manifest does not list (a stray of a failed attempt) is never added.
-Its cost is the new entries, whatever the history (DESIGN.md §5).
+Its cost is the new entries, whatever the history (docs/design.md, bounded cost).
 
 A compacted range that starts below the watermark (compaction merged ranges on both sides of it)
 replaces the table's files between its start and the watermark in the same commit.

@@ -3,7 +3,7 @@
 Per partition the sensor remembers (in its cursor) the range it last requested and how
 that went. Each tick it brings the partition's offsets and the state of that range's run,
 and `decide` says what to do: request a new range, request the same range again, or wait,
-always with a reason. Rules (DESIGN.md): ranges of one partition are archived in order, at
+always with a reason. Rules (docs/design.md): ranges of one partition are archived in order, at
 most one in flight; a failed range is requested again, never skipped; a backlog is cut into
 ranges no larger than the topic's maximum.
 """

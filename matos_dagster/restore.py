@@ -57,6 +57,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from matos_dagster import reader, spans
 from matos_dagster.leaders import leaderless
+from matos_dagster.librdkafka_log import LIBRDKAFKA_LOG
 from matos_dagster.ranges import OffsetRange, parse_key
 from matos_dagster.reader import Window
 from matos_dagster.spark_tasks import run_tasks
@@ -289,7 +290,7 @@ def restore(
     # read_uncommitted: a transaction left open by a crashed run must not keep this waiting;
     # the tasks fence it before they read the marker they act on.
     admin_consumer = Consumer({**conf, "group.id": req.marker_group, "enable.auto.commit": False,
-                               "isolation.level": "read_uncommitted"})
+                               "isolation.level": "read_uncommitted", "logger": LIBRDKAFKA_LOG})
     try:
         markers = _committed(admin_consumer, req.topic, sources, kafka.timeout_s)
     finally:
@@ -589,7 +590,7 @@ def _prepare_target(
 
     Returns (partitions of a target created or to be, in a dry run; its settings; notes).
     """
-    admin = AdminClient(conf)
+    admin = AdminClient({**conf, "logger": LIBRDKAFKA_LOG})
     need = max(sources) + 1
     target = req.target_topic
     target_parts = _partitions(admin, target, timeout_s)

@@ -233,7 +233,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("MATOS_MONITOR_CRON", "*/5 * * * *", "When the monitor check runs on its own (cron).", kind=Cron()),
     Setting("MATOS_COMPACT_CRON", "37 * * * *",
             "When the `compact` job merges each topic's small archived ranges into large ones (cron).", kind=Cron()),
-    # Reading in place: Swift's S3 API and the Iceberg tables (README "The archive as an Iceberg table")
+    # Reading in place: Swift's S3 API and the Iceberg tables (docs/operations/reading.md)
     Setting("MATOS_S3_ENDPOINT", "",
             "Swift's S3 API (s3api middleware), `http(s)://host:port`; empty: the host of Swift's storage URL.", kind=Url(empty=True)),
     Setting("MATOS_S3_ACCESS_KEY", "",

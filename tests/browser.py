@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-import pytest
+from helpers import missing
 
 CHROMIUM = Path("/usr/bin/chromium")
 
@@ -38,21 +38,24 @@ FLAGS = [
 def ensure_chromium() -> str:
     """The path of Chromium, installed from Debian's `chromium` package if missing.
 
-    Installing needs root (apt-get); otherwise the calling test is skipped, saying why.
+    Installing needs root (apt-get); where it cannot be installed, the calling test is skipped
+    saying how to get it, or fails under CI (helpers.missing): the UI's proof is not optional there.
     """
     if CHROMIUM.exists():
         return str(CHROMIUM)
     if os.geteuid() != 0:
-        pytest.skip(f"{CHROMIUM} is missing and we are not root to install it: run `apt-get install -y chromium`")
+        missing(f"{CHROMIUM} is missing and we are not root to install it: run `sudo apt-get install -y chromium`")
     if shutil.which("apt-get") is None:
-        pytest.skip(f"{CHROMIUM} is missing and there is no apt-get to install the `chromium` package")
+        missing(f"{CHROMIUM} is missing and there is no apt-get to install it: install Chromium so that "
+                f"{CHROMIUM} runs it (Debian's `chromium` package)")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     p = subprocess.run(
         "apt-get update && apt-get install -y chromium",
         shell=True, env=env, capture_output=True, text=True, timeout=900,
     )
     if p.returncode != 0 or not CHROMIUM.exists():
-        pytest.skip(f"could not install chromium with apt-get (exit {p.returncode}): {(p.stdout + p.stderr)[-1500:]}")
+        missing(f"could not install chromium with apt-get (exit {p.returncode}; run `apt-get install -y chromium` "
+                f"to see why): {(p.stdout + p.stderr)[-1500:]}")
     return str(CHROMIUM)
 
 

@@ -9,6 +9,10 @@ Each fault test proves its fault hit the range while it was being archived: the 
 going when the fault came and when it ended, and the fault had an effect the test saw (the
 archive stalled, a task attempt failed, the run failed). An outage lasts until that effect is
 seen, not a fixed time; a fault that misses its window fails the test.
+
+The kill after the objects and the Python worker's kill run twice: on the classic local Spark
+of the test session, and on a Spark Connect server, which `make run` gives every run (the run
+is then a thin client, and the tasks, their retries and their Python workers are the server's).
 """
 
 from __future__ import annotations
@@ -39,7 +43,9 @@ from matos_dagster.assets.archive import archive_asset, ranges_partitions
 from matos_dagster.assets.monitor import monitor_automation, monitor_check, monitor_job_name
 from matos_dagster.devstack import process
 from matos_dagster.ranges import OffsetRange
+from matos_dagster.resources import SparkResource
 from matos_dagster.sensors.lag import lag_sensor
+from matos_dagster.spark_tasks import is_connect
 from matos_dagster.settings import PROJECT_ROOT
 from matos_dagster.topics import TopicConfig
 from matos_dagster.verify import GAP, LOSS, Report, verify_topic
@@ -76,6 +82,17 @@ def wait_until(condition, timeout: float, what: str, every: float = 0.2):
             return value
         time.sleep(every)
     raise TimeoutError(f"{what}: not within {timeout:.0f}s")
+
+
+def spark_for(request, on: str):
+    """The Spark session a fault test's runs use: "local", the session's classic local Spark;
+    "connect", a client of the session's Spark Connect server, as `make run` gives the runs."""
+    if on == "local":
+        return request.getfixturevalue("spark")
+    server = request.getfixturevalue("connect_server")
+    resource = SparkResource(master=server.url)
+    request.addfinalizer(lambda: resource.teardown_after_execution(None))
+    return resource.spark_session
 
 
 def objects_in(store, prefix: str, r: OffsetRange) -> list[str]:
@@ -137,7 +154,10 @@ class Background:
     def stop(self) -> None:
         """End the run: cancel its Spark jobs if it still runs, and wait for its thread."""
         if not self.future.done():
-            self.spark.sparkContext.cancelAllJobs()
+            if is_connect(self.spark):  # a Connect client has no SparkContext; its server cancels
+                self.spark.interruptAll()
+            else:
+                self.spark.sparkContext.cancelAllJobs()
         try:
             self.future.exception(timeout=120)
         finally:
@@ -182,6 +202,31 @@ class StageWatch:
     def __exit__(self, *exc):
         self.stop.set()
         self.thread.join(5)
+
+
+class ServerLogWatch:
+    """Task attempts that failed on a Spark Connect server while it watches. A Connect client
+    has no statusTracker; the server logs each failed attempt as `TaskSetManager: Lost task`."""
+
+    def __init__(self, server):
+        self.log = server.log_file
+        self.start = self.log.stat().st_size
+
+    def failed_tasks(self) -> int:
+        with open(self.log, "rb") as log:
+            log.seek(self.start)
+            return log.read().count(b"TaskSetManager: Lost task")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+
+def task_watch(request, spark):
+    """What sees the failed task attempts of `spark`'s runs (see ServerLogWatch)."""
+    return ServerLogWatch(request.getfixturevalue("connect_server")) if is_connect(spark) else StageWatch(spark)
 
 
 def stalled(watch: StageWatch, run: Background, quiet_polls: int = 5):
@@ -328,11 +373,18 @@ def descendants(pid: int, table: dict[int, tuple[int, int, int, str]]) -> list[i
     return found
 
 
-def busiest_python_worker() -> int | None:
-    """A worker forked by our JVM's pyspark.daemon, the one using most CPU right now."""
+def python_workers(root: int) -> list[int]:
+    """The Python workers forked by the pyspark.daemon of a JVM under `root`."""
+    table = _proc_table()
+    daemons = {p for p in descendants(root, table) if "pyspark.daemon" in table[p][3]}
+    return [p for p in daemons if table[p][0] in daemons]
+
+
+def busiest_python_worker(root: int | None = None) -> int | None:
+    """A worker forked by our JVM's pyspark.daemon (or that of a JVM under `root`), the one
+    using most CPU right now."""
     before = _proc_table()
-    daemons = {p for p in descendants(os.getpid(), before) if "pyspark.daemon" in before[p][3]}
-    workers = [p for p in daemons if before[p][0] in daemons]
+    workers = python_workers(os.getpid() if root is None else root)
     if not workers:
         return None
     time.sleep(0.3)
@@ -341,18 +393,42 @@ def busiest_python_worker() -> int | None:
     return max(alive, key=lambda p: after[p][1] - before[p][1], default=None)
 
 
-def test_a_spark_python_worker_killed_in_the_middle_of_a_slice(kafka, swift, spark, new_topic):
+# On Connect, cheaper: 4 slices of about 12 objects each (about 100 bytes a record), so the
+# killed attempts have put objects already: their retries must write them again under the same
+# names, or strays show (a mutation that made names unique per attempt was caught so).
+@pytest.mark.parametrize("on, n, slice_records, object_bytes", [("local", 20_000, 500, 64 * 1024**2),
+                                                                ("connect", 8_000, 2_000, 16 * 1024)])
+def test_a_spark_python_worker_killed_in_the_middle_of_a_slice(on, n, slice_records, object_bytes, kafka, swift,
+                                                             new_topic, request):
+    spark = spark_for(request, on)
     topic = new_topic()
-    load(kafka, topic, 20_000)
-    cfg = config(topic, slice_records=500)
-    r = OffsetRange(topic, 0, 0, 20_000)
-    with swift.store() as store, StageWatch(spark) as watch, Background(r, cfg, kafka, swift, spark) as run:
+    load(kafka, topic, n)
+    cfg = config(topic, slice_records=slice_records, object_bytes=object_bytes)
+    r = OffsetRange(topic, 0, 0, n)
+    with swift.store() as store, task_watch(request, spark) as watch, Background(r, cfg, kafka, swift, spark) as run:
         prefix = layout.join(store.params.prefix, cfg.prefix)
         wait_until(lambda: len(objects_in(store, prefix, r)) >= 4, 180, "the first objects")
-        victim = wait_until(busiest_python_worker, 60, "a Python worker of our Spark")
-        os.kill(victim, signal.SIGKILL)  # a descendant of this test process: ours
+        if on == "local":  # the busiest worker of our JVM (this process's child): ours
+            victim = wait_until(busiest_python_worker, 60, "a Python worker of our Spark")
+            os.kill(victim, signal.SIGKILL)
+        else:
+            # The Connect server's slices take about a second, and a worker that has just finished
+            # one still looks busy: a victim chosen by its CPU was an idle one, which Spark only
+            # discards. So every worker of the server (this session's) is killed, again until the
+            # server reports a failed task attempt (or the run ends).
+            jvm = process.read_pid(request.getfixturevalue("connect_server").pid_file)
+
+            def killed_a_slice():
+                for victim in python_workers(jvm):
+                    os.kill(victim, signal.SIGKILL)
+                try:
+                    return wait_until(lambda: watch.failed_tasks() or not run.running(), 2, "a failed attempt")
+                except TimeoutError:
+                    return None
+
+            wait_until(killed_a_slice, 60, "a slice's worker killed", every=0)
         written_before = len(objects_in(store, prefix, r))
-        assert run.running() and written_before < 40, f"the run was over: {written_before} objects"
+        assert run.running(), f"the run was over: {written_before} objects"
         done, error = run.outcome(timeout=400)
         failed_tasks = watch.failed_tasks()
         # The worker was running a slice: its task attempt failed and was run again (or the run failed).
@@ -360,10 +436,11 @@ def test_a_spark_python_worker_killed_in_the_middle_of_a_slice(kafka, swift, spa
         retries: list[str] = []
         if done is None:
             done, retries = archive_retrying(r, cfg, kafka, swift, spark)
-        assert done.manifest["records"] == 20_000 and done.committed_after == 20_000
+        assert done.manifest["records"] == n and done.committed_after == n
         report = assert_sound(kafka, store, cfg)
         assert len(objects_in(store, prefix, r)) == len(done.manifest["objects"])
-    record("python-worker", first_run_error=error, failed_task_attempts=failed_tasks,
+    record(f"python-worker-{on}", objects_before_kill=written_before, first_run_error=error,
+           failed_task_attempts=failed_tasks,
            reruns=len(retries) + (error is not None), compared=report.compared)
 
 
@@ -381,7 +458,7 @@ a = json.loads(sys.argv[1])
 kafka = KafkaResource(bootstrap_servers=a["bootstrap"], timeout_s=10)
 swift = SwiftResource(auth_url=a["auth_url"], user=a["user"], key=os.environ["MATOS_SWIFT_KEY"],
                       container=a["container"], prefix="kafka", retries=2)
-spark = SparkResource(master="local[2]", conf="spark.ui.showConsoleProgress=false").spark_session
+spark = SparkResource(master=a["master"], conf=a["conf"]).spark_session
 barrier = a.get("barrier")
 if barrier:  # start archiving only when every process has its Spark session
     Path(barrier, str(os.getpid())).touch()
@@ -397,8 +474,11 @@ spark.stop()
 
 
 def run_archive_process(r: OffsetRange, cfg: TopicConfig, kafka_server, swift, fault: str | None = None,
-                        barrier: Path | None = None, parties: int = 1) -> subprocess.Popen:
+                        barrier: Path | None = None, parties: int = 1, master: str = "local[2]") -> subprocess.Popen:
+    """The archive of `r` in a process of its own, on its own local Spark or on a Connect server (`master`)."""
+    local = not master.startswith("sc://")
     args = {"bootstrap": kafka_server.bootstrap_servers, "auth_url": swift.auth_url, "user": swift.user,
+            "master": master, "conf": "spark.ui.showConsoleProgress=false" if local else "",
             "container": swift.container, "range": dict(vars(r)), "barrier": str(barrier) if barrier else None,
             "parties": parties, "topic": {"name": cfg.name, "group": cfg.group, "slice_records": cfg.slice_records}}
     env = {**os.environ, "MATOS_SWIFT_KEY": swift.key}
@@ -450,8 +530,13 @@ def wait_with_descendants(proc: subprocess.Popen, timeout: float) -> tuple[int, 
     return proc.returncode, out, err, left
 
 
-@pytest.mark.parametrize("point", ["after-objects", "after-manifest"])
-def test_the_run_killed_between_objects_manifest_and_commit(point, kafka, kafka_server, swift, spark, new_topic):
+@pytest.mark.parametrize("point, on", [("after-objects", "local"), ("after-manifest", "local"),
+                                       ("after-objects", "connect")])
+def test_the_run_killed_between_objects_manifest_and_commit(point, on, kafka, kafka_server, swift, new_topic, request):
+    spark = spark_for(request, on)
+    # On Connect the killed run is a client only: the objects were written by the server's tasks,
+    # and the server, which outlives the run, serves the run that follows.
+    master = request.getfixturevalue("connect_server").url if on == "connect" else "local[2]"
     topic = new_topic()
     load(kafka, topic, 2_000)
     cfg = config(topic, slice_records=300)
@@ -460,7 +545,7 @@ def test_the_run_killed_between_objects_manifest_and_commit(point, kafka, kafka_
         prefix = layout.join(store.params.prefix, cfg.prefix)
         archive_range(first, cfg, kafka, store, spark)
 
-        proc = run_archive_process(second, cfg, kafka_server, swift, point)
+        proc = run_archive_process(second, cfg, kafka_server, swift, point, master=master)
         code, out, err, left = wait_with_descendants(proc, 300)
         assert code == -signal.SIGKILL, out + err[-3000:]
         assert not left, f"processes of the killed run outlived it: {left}"
@@ -477,7 +562,7 @@ def test_the_run_killed_between_objects_manifest_and_commit(point, kafka, kafka_
         assert sorted(objects_in(store, prefix, second)) == sorted(written)  # rewritten in place, no duplicate
         report = assert_sound(kafka, store, cfg)
         assert report.compared == 2_000
-    record(f"kill-{point}", run_s=round(proc.exited - proc.started, 1), jvm_gone_s=round(proc.jvm_gone_s, 1),
+    record(f"kill-{point}-{on}", run_s=round(proc.exited - proc.started, 1), jvm_gone_s=round(proc.jvm_gone_s, 1),
            objects_left=len(written), manifest_left=has_manifest,
            notes_before_rerun=before.notes, committed_before=1_000, committed_after=again.committed_after)
 

@@ -236,12 +236,13 @@ def test_the_archive_assets_metadata_shows_the_table_growing_range_by_range(
 
 
 def readme_blocks() -> list[str]:
-    """The Python blocks of the README's Iceberg section, in order."""
+    """The Python blocks of the documentation's Iceberg section (docs/operations/reading.md), in order."""
     from matos_dagster.settings import PROJECT_ROOT
 
-    text = (PROJECT_ROOT / "README.md").read_text()
-    start = text.index("### The archive as an Iceberg table")
-    return re.findall(r"^```python\n(.*?)^```", text[start:text.index("\n## ", start)], flags=re.S | re.M)
+    text = (PROJECT_ROOT / "docs" / "operations" / "reading.md").read_text()
+    start = text.index("## The archive as an Iceberg table")
+    end = text.find("\n## ", start)
+    return re.findall(r"^```python\n(.*?)^```", text[start:end if end > 0 else len(text)], flags=re.S | re.M)
 
 
 def test_the_readme_reads_pyiceberg_duckdb_spark_sql_and_the_raw_layout_as_written(

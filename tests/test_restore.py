@@ -126,6 +126,53 @@ def test_a_restore_killed_half_way_then_run_again_leaves_every_record_exactly_on
     assert any("already restored" in s for s in said)
 
 
+def delete_topic(kafka, topic: str) -> None:
+    """Delete the topic and return once the broker no longer lists it (deletion is asynchronous)."""
+    admin = kafka.admin()  # must outlive the future
+    admin.delete_topics([topic])[topic].result(30)
+    deadline = time.monotonic() + 60
+    while topic in kafka.admin().list_topics(timeout=10).topics:
+        assert time.monotonic() < deadline, f"topic {topic} still listed 60 s after its deletion"
+        time.sleep(0.2)
+
+
+def test_a_deleted_topic_restored_into_itself_killed_half_way_and_run_again_holds_every_record_once_in_order(
+        kafka, swift, spark, new_topic):
+    # The disaster case: the topic is gone and the archive is all that is left of it. The
+    # restore makes the topic again under its own name and restores into it; its progress
+    # marker then lives on the very topic-partitions it fills.
+    with swift.store() as store:
+        topic = archived_topic(kafka, store, spark, new_topic, 120, partitions=2, range_size=20)  # 3 ranges each
+        originals = {p: read_kafka(kafka, topic, p) for p in (0, 1)}
+        delete_topic(kafka, topic)
+        group = f"matos-restore-{topic}"
+        # Partition 0's second range dies like a killed process after its first object's
+        # records and marker went to Kafka, before the commit: an open transaction is left.
+        kill = Fault(partition=0, start=20, after=1, how="exit")
+        with pytest.raises(Exception) as crashed:
+            restore(Request(topic, "kafka"), kafka, store, spark, fault=kill)
+        assert "exited unexpectedly" in str(crashed.value) or "crashed" in str(crashed.value), crashed.value
+
+        # The killed run had made the topic again, with the partitions and settings the records need.
+        assert kafka.partitions(topic) == [0, 1]
+        made = topic_config(kafka, topic)
+        assert (made["message.timestamp.type"], made["retention.ms"]) == ("CreateTime", "-1")
+        assert committed_uncommitted_read(kafka, topic, [0, 1], group)[0] == 20  # range [0, 20) restored
+        assert records_in_log(kafka, topic, 0) > 20  # and the killed attempts' records follow it
+
+        said: list[str] = []
+        report = restore(Request(topic, "kafka"), kafka, store, spark, say=said.append)
+
+    done = {(u["partition"], u["start"]): u for u in report.units}
+    assert done[(0, 0)]["skipped"] and not done[(0, 20)]["skipped"]  # went on from the marker
+    for p in (0, 1):
+        # Every record once, in order: the killed attempts' records were fenced and aborted.
+        assert fields(read_kafka(kafka, topic, p)) == fields(originals[p])
+    assert records_in_log(kafka, topic, 0) > len(originals[0])
+    assert kafka.committed(topic, [0, 1], group) == {0: 60, 1: 60}
+    assert not any(s.startswith("created topic") for s in said)  # the rerun found the topic made
+
+
 def test_a_time_window_restores_exactly_the_records_in_it_partitioned_by_key(kafka, swift, spark, new_topic):
     topic = new_topic(partitions=2)
     stamped(kafka, topic, 100, 2)  # record i stamped BASE_MS + i s, partition i % 2
@@ -410,11 +457,7 @@ def test_a_restore_whose_source_topic_is_gone_is_refused_before_creating_anythin
     target = f"restored-{uuid.uuid4().hex[:8]}"
     with swift.store() as store:
         topic = archived_topic(kafka, store, spark, new_topic, 20, partitions=2, range_size=20)
-        admin = kafka.admin()  # must outlive the future
-        admin.delete_topics([topic])[topic].result(30)
-        deadline = time.monotonic() + 60
-        while topic in kafka.admin().list_topics(timeout=10).topics and time.monotonic() < deadline:
-            time.sleep(0.2)  # deletion is asynchronous: wait until the broker no longer lists it
+        delete_topic(kafka, topic)
         with pytest.raises(RestoreRefused) as refused:
             restore(Request(topic, "kafka", target=target), kafka, store, spark)
 

@@ -9,7 +9,7 @@ import pytest
 from matos_dagster import settings, topics
 from matos_dagster.settings import PROJECT_ROOT
 
-README = PROJECT_ROOT / "README.md"
+CONFIGURATION = PROJECT_ROOT / "docs" / "configuration.md"  # the documentation's configuration page
 
 
 def between(text: str, start: str, end: str) -> str:
@@ -18,12 +18,12 @@ def between(text: str, start: str, end: str) -> str:
 
 
 def test_the_documented_settings_are_the_generated_reference():
-    documented = between(README.read_text(), "<!-- settings reference", "<!-- end of the settings reference")
+    documented = between(CONFIGURATION.read_text(), "<!-- settings reference", "<!-- end of the settings reference")
     assert documented == settings.reference(), "run `python -m matos_dagster.settings` and paste its output"
 
 
 def test_the_documented_topics_file_keys_are_the_generated_reference():
-    documented = between(README.read_text(), "<!-- topics file reference", "<!-- end of the topics file reference")
+    documented = between(CONFIGURATION.read_text(), "<!-- topics file reference", "<!-- end of the topics file reference")
     assert documented == topics.reference(), "run `python -m matos_dagster.topics` and paste its output"
 
 

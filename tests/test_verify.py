@@ -16,7 +16,7 @@ import uuid
 import pyarrow as pa
 import pytest
 
-from helpers import delete_records, produce
+from helpers import delete_records, produce, read_kafka
 from matos_dagster import layout, loss, records
 from matos_dagster.archive import archive_range
 from matos_dagster.jobs.verify import verify_job
@@ -472,6 +472,66 @@ def test_kafka_unreadable_in_the_middle_of_a_comparison_makes_the_audit_not_ok(a
     assert [(p.kind, p.start, p.end) for p in report.problems] == [(UNCOMPARED, 10, 20), (UNCOMPARED, 20, 30)]
     assert "could not be compared with Kafka" in report.problems[0].message
     assert report.compared == 10  # the first range, compared in full before the records went
+
+
+def test_records_hidden_by_an_open_transaction_are_reported_hidden_not_ok(archive):
+    # Kafka's last stable offset never moves back, so an open transaction can hide archived
+    # offsets only in a topic made anew: here the topic is deleted and created again (the
+    # disaster a restore into the topic itself mends), its first 10 records produced again as
+    # they were, then a producer opens a transaction at offset 10 and leaves it open, and
+    # others go on writing past the archive's end. read_committed readers see nothing from 10.
+    from test_restore import delete_topic
+
+    kafka, topic = archive.kafka, archive.name
+    originals = read_kafka(kafka, topic, 0)
+    delete_topic(kafka, topic)
+    kafka.create_topic(topic, 1)
+    plain = kafka.producer()
+    for r in originals[:10]:
+        plain.produce(topic, key=r["key"], value=r["value"], headers=[(h["key"], h["value"]) for h in r["headers"]],
+                      timestamp=r["timestamp"], partition=0)
+    assert plain.flush(30) == 0
+    tx = kafka.producer(**{"transactional.id": f"tx-{uuid.uuid4().hex[:8]}"})
+    tx.init_transactions(30)
+    tx.begin_transaction()
+    tx.produce(topic, key=b"open", value=b"open", partition=0)
+    tx.flush(30)  # offset 10, in a transaction that is neither committed nor aborted
+    try:
+        produce(kafka, topic, [(b"later", b"v", [])] * 30, partition=0)  # the log goes on past 30
+        for sample in (None, 3):  # every record, and samples
+            report = archive.verify(sample=sample)
+            assert not report.ok, report.render()
+            hidden = [p for p in report.problems if p.kind == UNCOMPARED]
+            assert [(p.start, p.end) for p in hidden] == [(10, 20), (20, 30)], report.render()
+            assert not [p for p in report.problems if p.kind == DIFFERS], report.render()
+            for p, end in zip(hidden, (20, 30)):
+                assert f"a transaction open at offset 10 hides the records up to {end}" in p.message, p.message
+                assert "run the audit again when Kafka answers" in p.message
+            assert report.compared == (10 if sample is None else 3)  # the first range was compared
+    finally:
+        tx.abort_transaction(30)
+
+
+def test_a_topic_made_anew_with_fewer_records_is_reported_as_ending_early_not_as_hidden(archive):
+    # The same silence of read_committed readers (no record before the range's end) without any
+    # transaction: the log simply ends there. The audit must not blame a transaction.
+    from test_restore import delete_topic
+
+    kafka, topic = archive.kafka, archive.name
+    originals = read_kafka(kafka, topic, 0)
+    delete_topic(kafka, topic)
+    kafka.create_topic(topic, 1)
+    plain = kafka.producer()
+    for r in originals[:5]:
+        plain.produce(topic, key=r["key"], value=r["value"], headers=[(h["key"], h["value"]) for h in r["headers"]],
+                      timestamp=r["timestamp"], partition=0)
+    assert plain.flush(30) == 0
+    report = archive.verify(sample=None)
+    uncompared = [p for p in report.problems if p.kind == UNCOMPARED]
+    assert [(p.start, p.end) for p in uncompared] == [(0, 10), (10, 20), (20, 30)], report.render()
+    assert "Kafka's log ends at offset 5, before 10" in uncompared[0].message, uncompared[0].message
+    assert not any("transaction" in p.message for p in report.problems), report.render()
+    assert report.compared == 5
 
 
 # -- the audit mark: the default audit's listings do not grow with the history (issue 13.1) --

@@ -34,12 +34,8 @@ def throughput_png(results: dict, dpi: int = 100) -> bytes:
     workloads = results["workloads"]
     fig = Figure(figsize=(11, 0.8 + 4.2 * len(workloads)), dpi=dpi, layout="constrained")
     FigureCanvasAgg(fig)
-    load = results.get("load_average")
     title = (f"matos-dagster bench: {results['setting']} setting, {results['repeat']} repeat(s), "
              f"Spark {results.get('master', '?')}, {results.get('machine_cores', '?')} cores")
-    if load:
-        end = results.get("load_average_finished")
-        title += f"\nload average (1 min) {load[0]:.2f} at the start" + (f", {end[0]:.2f} at the end" if end else "")
     fig.suptitle(title)
     for ax, (name, w) in zip(fig.subplots(len(workloads), 1, squeeze=False)[:, 0], workloads.items()):
         _workload_axes(ax, name, w)

@@ -452,12 +452,9 @@ def markdown(results: dict) -> str:
     for n, ratios in results.get("min_ratios", {}).items():
         rows.append(f"| ratio of minima {int(n):,} / 0 | " + " | ".join(
             f"{ratios[f]:.2f}×" if f in ratios else "" for f in figs) + " | | |")
-    load = results.get("loadavg_start"), results.get("loadavg_end")
     rows.append("")
     rows.append(f"{results['repeats']} round(s); medians (min-max) over the rounds; ratios per round to N = 0, "
-                "and of the minima over the rounds; "
-                f"load average (1, 5, 15 min) at start {tuple(round(x, 1) for x in load[0])}, "
-                f"at end {tuple(round(x, 1) for x in load[1])}; the most recent {results['keep_real']:,} ranges "
+                "and of the minima over the rounds; the most recent {results['keep_real']:,} ranges "
                 f"real objects, older ones listing rows only (none read); Dagster keys: "
                 f"{'a key per range' if results.get('keep_keys') is None else 'the newest ' + format(results['keep_keys'], ',')}.")
     return "\n".join(rows) + "\n"

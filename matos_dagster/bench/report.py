@@ -304,10 +304,7 @@ def markdown(results: dict) -> str:
     lines = [
         f"Setting: **{results['setting']}**, {results['repeat']} repeat(s), Spark `{results['master']}`; "
         "median (min–max) over repeats. Records/s of the same offset ranges; MB/s of record bytes "
-        "(key + value + headers)." + (f" Load average (1, 5, 15 min) at the start "
-                                      f"{', '.join(f'{v:.2f}' for v in results['load_average'])}, at the end "
-                                      f"{', '.join(f'{v:.2f}' for v in results['load_average_finished'])}."
-                                      if results.get("load_average_finished") else ""),
+        "(key + value + headers).",
         "",
         "| path | " + " | ".join(f"{n} ({w[n]['records']:,} × {w[n]['value_bytes']} B) records/s | {n} MB/s"
                                  for n in names) + " |",

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
-import re
 import threading
 import time
 from typing import Any, Callable, Iterator
@@ -23,6 +21,7 @@ from dagster import ConfigurableResource
 from pydantic import Field, PrivateAttr
 
 from matos_dagster.leaders import leaderless
+from matos_dagster.librdkafka_log import LIBRDKAFKA_LOG
 
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_SSL")
@@ -42,35 +41,6 @@ class UnknownPartition(ValueError):
     pass
 
 
-class _OncePerCause(logging.Filter):
-    """Pass each kind of librdkafka log line once per process.
-
-    A client whose broker is down retries its connection every few milliseconds and logs each
-    try (292 lines in the 15 s before the one error that says what to change): the first line of
-    each kind says as much. Kinds differ in their words, not in their numbers (ports, ms, counts).
-    """
-
-    def __init__(self, most: int = 1000) -> None:
-        super().__init__()
-        self.seen: set[str] = set()
-        self.most = most
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        kind = re.sub(r"\d+", "#", record.getMessage())
-        if kind in self.seen:
-            return False
-        if len(self.seen) >= self.most:  # bounded, whatever runs for months
-            self.seen.clear()
-        self.seen.add(kind)
-        return True
-
-
-# librdkafka's own log: to Python logging (never straight to stderr), once per cause. With no
-# handler of the application's, nothing is shown (NullHandler: not Python's last-resort
-# stderr handler); `matos -v` or the application's logging configuration shows it.
-LIBRDKAFKA_LOG = logging.getLogger("matos_dagster.librdkafka")
-LIBRDKAFKA_LOG.addFilter(_OncePerCause())
-LIBRDKAFKA_LOG.addHandler(logging.NullHandler())
 
 
 _KEPT_MADE = threading.Lock()  # opening and closing kept_clients scopes, from any thread
@@ -295,6 +265,9 @@ class KafkaResource(ConfigurableResource):
             if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise self._unavailable(e) from None
             created = False
+        except TimeoutError:  # the future's own wait: no broker answered
+            raise self._unavailable(KafkaException(KafkaError(KafkaError._TIMED_OUT, "no answer to CreateTopics"))) \
+                from None
         self.wait_for_leaders(topic)
         return created
 
@@ -430,6 +403,9 @@ class KafkaResource(ConfigurableResource):
                     f"{where}: the TLS handshake failed: {x.str()}; check MATOS_KAFKA_CA_FILE (the PEM file of "
                     "the CA that signed the brokers' certificates) and MATOS_KAFKA_SECURITY_PROTOCOL"
                 )
+        code = e.args[0].code() if e.args and isinstance(e.args[0], KafkaError) else None
+        if code is not None and code >= 0:  # the broker answered, with a refusal: its reason, not a timeout
+            return KafkaUnavailable(f"{where} refused the request: {err}")
         hint = (
             "check MATOS_KAFKA_USERNAME / MATOS_KAFKA_PASSWORD / MATOS_KAFKA_SASL_MECHANISM"
             if self.security_protocol == "SASL_SSL"

@@ -6,7 +6,7 @@
     python -m matos_dagster.verify --topic demo --sample 20   # and 20 records a range vs Kafka
     python -m matos_dagster.verify --topic demo --full        # and every record vs Kafka
 
-What DESIGN.md promises, checked from the outside, per partition of the topic:
+What docs/design.md promises, checked from the outside, per partition of the topic:
 
 - the entries (archived ranges and acknowledged losses) are contiguous from the first one up
   to the committed offset: no hole between two entries (`gap`), no committed offset in no

@@ -13,9 +13,10 @@ from typing import Any, Iterator, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from matos_dagster import records
+from matos_dagster.librdkafka_log import LIBRDKAFKA_LOG
 from matos_dagster.verify.coverage import differences, sample_positions
 
 
@@ -46,15 +47,21 @@ class KafkaRecords:
             # Each sample is a new fetch position: answer it now, not after the default 500 ms
             # the broker waits for more data at the end of a log.
             "fetch.wait.max.ms": 20,
+            "logger": LIBRDKAFKA_LOG,
         })
+        self.conf = conf
+        self._uncommitted: Consumer | None = None  # made when needed: the log's true end (_hidden)
 
     def close(self) -> None:
         self.consumer.close()
+        if self._uncommitted is not None:
+            self._uncommitted.close()
 
     def rows(self, topic: str, partition: int, start: int, end: int) -> Iterator[dict]:
         """Every readable record of `[start, end)`, in offset order."""
         self.consumer.assign([TopicPartition(topic, partition, start)])
         deadline = time.monotonic() + self.timeout_s
+        position = start  # the next offset this read is waiting for
         while True:
             # poll returns with the first record; consume(timeout=0) then takes what is
             # already fetched (consume alone would wait for all 1000, or the timeout).
@@ -62,8 +69,15 @@ class KafkaRecords:
             msgs = [first, *self.consumer.consume(num_messages=999, timeout=0)] if first is not None else []
             if msgs:
                 deadline = time.monotonic() + self.timeout_s
-            elif time.monotonic() > deadline:
-                raise Unreadable(f"Kafka sent no record of {topic}/{partition} within {self.timeout_s:.0f}s")
+            else:
+                # A read_committed fetch from past the last stable offset gets nothing, not even an
+                # end-of-partition event: without this question it would wait out the timeout and
+                # blame Kafka's silence for what an open transaction hides.
+                stable = self._last_stable(topic, partition)
+                if stable is not None and position >= stable:
+                    raise self._hidden(topic, partition, stable, end)
+                if time.monotonic() > deadline:
+                    raise Unreadable(f"Kafka sent no record of {topic}/{partition} within {self.timeout_s:.0f}s")
             for m in msgs:
                 err = m.error()
                 if err is not None:
@@ -73,14 +87,39 @@ class KafkaRecords:
                         return
                     if m.offset() < start:
                         continue  # the end of an earlier assignment's fetch
-                    # The last stable offset is below `end`: a transaction is still open.
-                    raise Unreadable(f"{topic}/{partition}: a transaction open at offset {m.offset()} hides the "
-                                     f"records up to {end}")
+                    # read_committed readers end at the last stable offset, and it is below `end`.
+                    raise self._hidden(topic, partition, m.offset(), end)
                 if m.offset() < start:
                     continue  # fetched for an earlier assignment
                 if m.offset() >= end:
                     return
+                position = m.offset() + 1
                 yield kafka_row(m)
+
+    def _last_stable(self, topic: str, partition: int) -> int | None:
+        """The partition's last stable offset (a read_committed consumer's high watermark), None
+        if Kafka does not say now."""
+        try:
+            # Asked at each empty poll: briefly, so a silent broker still ends the read near the timeout.
+            return self.consumer.get_watermark_offsets(TopicPartition(topic, partition),
+                                                       timeout=min(5.0, self.timeout_s), cached=False)[1]
+        except KafkaException:
+            return None
+
+    def _hidden(self, topic: str, partition: int, stable: int, end: int) -> Unreadable:
+        """Why read_committed readers see nothing of `[stable, end)`: a transaction still open at
+        `stable` (records follow it in the log), or a log that simply ends there."""
+        try:
+            if self._uncommitted is None:
+                self._uncommitted = Consumer({**self.conf, "group.id": "matos-verify",
+                                              "isolation.level": "read_uncommitted"})
+            log_end = self._uncommitted.get_watermark_offsets(TopicPartition(topic, partition),
+                                                              timeout=self.timeout_s, cached=False)[1]
+        except KafkaException:
+            log_end = None
+        if log_end is not None and log_end <= stable:
+            return Unreadable(f"{topic}/{partition}: Kafka's log ends at offset {log_end}, before {end}")
+        return Unreadable(f"{topic}/{partition}: a transaction open at offset {stable} hides the records up to {end}")
 
     def first_at(self, topic: str, partition: int, offset: int, end: int) -> dict | None:
         """Kafka's first readable record at or after `offset`, None if none before `end`."""
