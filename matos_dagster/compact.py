@@ -49,7 +49,7 @@ import pyarrow.compute as pc
 from matos_dagster import iceberg, layout, manifest, records
 from matos_dagster.archived import RANGE, Entry, Folder, PartitionArchive, effective
 from matos_dagster.ranges import OffsetRange
-from matos_dagster.spark_tasks import run_tasks
+from matos_dagster.spark_tasks import run_tasks, task_error
 from matos_dagster.store import Store, SwiftParams
 from matos_dagster.topics import TopicConfig
 
@@ -383,7 +383,7 @@ def compact_partition(
     except Exception as e:
         # A task's CompactionError reaches the driver inside Spark's error (with the task's
         # traceback): raise it as what it is, so a caller sees a refusal, not a Spark failure.
-        failed = _task_failure(e)
+        failed = task_error(e, CompactionError)
         if failed is None:
             raise
         raise CompactionError(f"{topic.name}/{partition}: {failed}; nothing was switched") from None
@@ -483,16 +483,6 @@ def _delete_folder(store: Store, archive: PartitionArchive, f: Folder, say) -> N
     for name in f.names:
         if name not in markers:
             store.delete(name)
-
-
-def _task_failure(e: Exception) -> str | None:
-    """The CompactionError message inside a Spark task's error (which carries the Python traceback), if any."""
-    text = str(e)
-    mark = f"{CompactionError.__name__}: "
-    at = text.find(mark)
-    if at < 0:
-        return None
-    return text[at + len(mark):].split("\n", 1)[0].strip()
 
 
 def cursor_name(prefix: str, topic: str, partition: int) -> str:

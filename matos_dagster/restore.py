@@ -60,7 +60,7 @@ from matos_dagster.leaders import leaderless
 from matos_dagster.librdkafka_log import LIBRDKAFKA_LOG
 from matos_dagster.ranges import OffsetRange, parse_key
 from matos_dagster.reader import Window
-from matos_dagster.spark_tasks import run_tasks
+from matos_dagster.spark_tasks import run_tasks, task_error
 from matos_dagster.store import Store, SwiftParams
 
 log = logging.getLogger(__name__)
@@ -307,7 +307,7 @@ def restore(
             results = run_tasks(spark, restore_unit, wave,
                                 f"restore {req.topic} -> {req.target_topic}: wave {i}/{len(plan_waves)}")
         except Exception as e:
-            failed = _task_failure(e)
+            failed = task_error(e, RestoreFailed)
             if failed is None:
                 raise
             raise RestoreFailed(f"{failed} ({report.records} record(s) restored before, in earlier waves)") from None
@@ -456,16 +456,6 @@ def _delivery_failure(unit: Unit, name: str, failures: list[KafkaError], left: i
         fix = (f" Topic {unit.target} refuses the records' timestamps: raise its message.timestamp.before.max.ms "
                f"/ message.timestamp.after.max.ms.")
     return f"{what}: Kafka says {err.name()}: {err.str()}.{fix}{undo}"
-
-
-def _task_failure(e: Exception) -> str | None:
-    """The RestoreFailed message inside a Spark task's error (which carries the Python traceback), if any."""
-    text = str(e)
-    mark = f"{RestoreFailed.__name__}: "
-    at = text.find(mark)
-    if at < 0:
-        return None
-    return text[at + len(mark):].split("\n", 1)[0].strip()
 
 
 def _maybe_fail(unit: Unit, transactions: int) -> None:

@@ -77,3 +77,15 @@ def run_tasks(spark: Any, fn: Callable[[T], R], items: Iterable[T], description:
     rows = item_frame(spark, numbered, one, _RESULT_DDL).collect()
     results = {row["item"]: pickle.loads(row["result"]) for row in rows}
     return [results[i] for i in range(len(items))]
+
+
+def task_error(e: Exception, kind: type[Exception]) -> str | None:
+    """The message of a `kind` error a task raised, found in the Spark error that carries the task's
+    Python traceback; None if the task failed otherwise. The driver raises it again as what it is, so
+    a caller sees the refusal, not a Spark failure."""
+    text = str(e)
+    mark = f"{kind.__name__}: "
+    at = text.find(mark)
+    if at < 0:
+        return None
+    return text[at + len(mark):].split("\n", 1)[0].strip()

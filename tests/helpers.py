@@ -8,6 +8,10 @@ import hashlib
 import io
 import json
 import os
+import signal
+import subprocess
+import sys
+import tempfile
 from typing import NoReturn
 
 import pyarrow as pa
@@ -220,3 +224,47 @@ def new_instance(home, template=None, env=None):
     if template is not None:
         (home / "dagster.yaml").write_text(template.read_text())
     return instance.prepare(home, say=lambda line: None, env=env)
+
+
+_KILLED_RUN = """
+import json, os, sys
+from matos_dagster.archive import archive_range
+from matos_dagster.ranges import OffsetRange
+from matos_dagster.resources import KafkaResource, SparkResource, SwiftResource
+from matos_dagster.topics import TopicConfig
+
+a = json.loads(sys.argv[1])
+kafka = KafkaResource(bootstrap_servers=a["bootstrap"], timeout_s=10)
+swift = SwiftResource(auth_url=a["auth_url"], user=a["user"], key=os.environ["MATOS_SWIFT_KEY"],
+                      container=a["container"], prefix="kafka", retries=2)
+spark = SparkResource(master=a["spark"]).spark_session
+with swift.store() as store:
+    archive_range(OffsetRange(**a["range"]), TopicConfig(**a["topic"]), kafka, store, spark)
+print("not killed")
+"""
+
+
+def killed_run(r, cfg, kafka_server, swift, connect_server, point: str) -> None:
+    """Archive `r` in a process of its own that MATOS_FAULT=<point> SIGKILLs there (archive.py's
+    fault points), as an OOM kill or a lost machine would; fails unless it was killed there.
+
+    A client of the session's Spark Connect server, as `make run`'s runs are: it starts no JVM of
+    its own, so nothing of it outlives the kill (tests/test_faults.py kills classic drivers). The
+    Iceberg settings, if any, come from this process's environment."""
+    from matos_dagster.settings import PROJECT_ROOT
+
+    args = {"bootstrap": kafka_server.bootstrap_servers, "auth_url": swift.auth_url, "user": swift.user,
+            "container": swift.container, "spark": connect_server.url, "range": dict(vars(r)),
+            "topic": {"name": cfg.name, "group": cfg.group, "slice_records": cfg.slice_records}}
+    env = {**os.environ, "MATOS_SWIFT_KEY": swift.key, "MATOS_FAULT": point}
+    with tempfile.TemporaryFile("w+") as out:  # a file, not a pipe: nobody reads it while the run goes on
+        proc = subprocess.Popen([sys.executable, "-c", _KILLED_RUN, json.dumps(args)], env=env, cwd=PROJECT_ROOT,
+                                stdout=out, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        try:
+            code = proc.wait(300)
+        finally:
+            if proc.poll() is None:  # over time: ours, by its PID
+                proc.kill()
+                proc.wait(30)
+        out.seek(0)
+        assert code == -signal.SIGKILL, f"the run was not killed at {point}: exit {code}\n{out.read()[-3000:]}"

@@ -6,13 +6,7 @@ one manifest, and every object listed is in Swift with its size, md5 and record 
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import signal
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -20,13 +14,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from helpers import check_archive, delete_records, manifests, produce, read_archive, read_kafka
+from helpers import check_archive, delete_records, killed_run, manifests, produce, read_archive, read_kafka
 from matos_dagster import layout
 from matos_dagster.archive import DataLoss, RangeRefused, archive_range
 from matos_dagster.manifest import ManifestError
 from matos_dagster.ranges import OffsetRange
 from matos_dagster.resources.kafka import UnknownPartition, UnknownTopic
-from matos_dagster.settings import PROJECT_ROOT
 from matos_dagster.topics import TopicConfig
 from matos_dagster.verify import MISSING, SIZE, verify_topic
 
@@ -247,47 +240,6 @@ def audit(kafka, store, cfg: TopicConfig, sample: int | None = 0):
 def no_spark():
     """What the tests pass as `spark` where the archive must be verified only: no Spark task may run."""
     raise AssertionError("archive_range asked for Spark: it was about to read the range from Kafka again")
-
-
-_KILLED_RUN = """
-import json, os, sys
-from matos_dagster.archive import archive_range
-from matos_dagster.ranges import OffsetRange
-from matos_dagster.resources import KafkaResource, SparkResource, SwiftResource
-from matos_dagster.topics import TopicConfig
-
-a = json.loads(sys.argv[1])
-kafka = KafkaResource(bootstrap_servers=a["bootstrap"], timeout_s=10)
-swift = SwiftResource(auth_url=a["auth_url"], user=a["user"], key=os.environ["MATOS_SWIFT_KEY"],
-                      container=a["container"], prefix="kafka", retries=2)
-spark = SparkResource(master=a["spark"]).spark_session
-with swift.store() as store:
-    archive_range(OffsetRange(**a["range"]), TopicConfig(**a["topic"]), kafka, store, spark)
-print("not killed")
-"""
-
-
-def killed_run(r: OffsetRange, cfg: TopicConfig, kafka_server, swift, connect_server, point: str) -> None:
-    """Archive `r` in a process of its own that MATOS_FAULT=<point> SIGKILLs there (archive.py's
-    fault points), as an OOM kill or a lost machine would; fails unless it was killed.
-
-    A client of the session's Spark Connect server, as `make run`'s runs are: it starts no JVM of
-    its own, so nothing of it outlives the kill (tests/test_faults.py kills classic drivers)."""
-    args = {"bootstrap": kafka_server.bootstrap_servers, "auth_url": swift.auth_url, "user": swift.user,
-            "container": swift.container, "spark": connect_server.url, "range": dict(vars(r)),
-            "topic": {"name": cfg.name, "group": cfg.group, "slice_records": cfg.slice_records}}
-    env = {**os.environ, "MATOS_SWIFT_KEY": swift.key, "MATOS_FAULT": point}
-    with tempfile.TemporaryFile("w+") as out:  # a file, not a pipe: nobody reads it while the run goes on
-        proc = subprocess.Popen([sys.executable, "-c", _KILLED_RUN, json.dumps(args)], env=env, cwd=PROJECT_ROOT,
-                                stdout=out, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-        try:
-            code = proc.wait(300)
-        finally:
-            if proc.poll() is None:  # over time: ours, by its PID
-                proc.kill()
-                proc.wait(30)
-        out.seek(0)
-        assert code == -signal.SIGKILL, f"the run was not killed at {point}: exit {code}\n{out.read()[-3000:]}"
 
 
 def test_a_range_killed_after_its_manifest_whose_records_then_expired_is_verified_and_committed(

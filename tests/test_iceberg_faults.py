@@ -12,13 +12,7 @@ every archived record once.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import signal
-import subprocess
-import sys
-import tempfile
 import threading
 import uuid
 from collections import Counter
@@ -28,13 +22,12 @@ from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.io import load_file_io
 from pyiceberg.table import Table as PyIcebergTable
 
-from helpers import produce, read_kafka
+from helpers import killed_run, produce, read_kafka
 from matos_dagster import iceberg, layout
 from matos_dagster.archive import archive_range
 from matos_dagster.iceberg import PENDING_DELETES, Tables, marks_of, table_files
 from matos_dagster.iceberg_plan import summary
 from matos_dagster.ranges import OffsetRange
-from matos_dagster.settings import PROJECT_ROOT
 from matos_dagster.topics import TopicConfig
 from test_iceberg import as_rows
 from test_iceberg_expiry import batch
@@ -46,44 +39,6 @@ def tables_on(monkeypatch, tmp_path):
     monkeypatch.setenv("MATOS_ICEBERG_TABLES", "true")
     monkeypatch.setenv("MATOS_ICEBERG_CATALOG", f"type=sql;uri=sqlite:///{tmp_path}/catalog.db")
     return monkeypatch
-
-_RUN = """
-import json, os, sys
-from matos_dagster.archive import archive_range
-from matos_dagster.ranges import OffsetRange
-from matos_dagster.resources import KafkaResource, SparkResource, SwiftResource
-from matos_dagster.topics import TopicConfig
-
-a = json.loads(sys.argv[1])
-kafka = KafkaResource(bootstrap_servers=a["bootstrap"], timeout_s=10)
-swift = SwiftResource(auth_url=a["auth_url"], user=a["user"], key=os.environ["MATOS_SWIFT_KEY"],
-                      container=a["container"], prefix="kafka", retries=2)
-spark = SparkResource(master=a["spark"]).spark_session
-with swift.store() as store:
-    archive_range(OffsetRange(**a["range"]), TopicConfig(**a["topic"]), kafka, store, spark)
-print("not killed")
-"""
-
-
-def killed_run(r: OffsetRange, cfg: TopicConfig, kafka_server, swift, connect_server, point: str) -> None:
-    """Archive `r` in a process of its own, which MATOS_FAULT=<point> kills; fails unless it was killed there."""
-    args = {"bootstrap": kafka_server.bootstrap_servers, "auth_url": swift.auth_url, "user": swift.user,
-            "container": swift.container, "spark": connect_server.url, "range": dict(vars(r)),
-            "topic": {"name": cfg.name, "group": cfg.group}}
-    # The catalog and MATOS_ICEBERG_TABLES come from this process's environment (the tables_on fixture).
-    env = {**os.environ, "MATOS_SWIFT_KEY": swift.key, "MATOS_FAULT": point}
-    with tempfile.TemporaryFile("w+") as out:  # a file, not a pipe: nobody reads it while the run goes on
-        proc = subprocess.Popen([sys.executable, "-c", _RUN, json.dumps(args)], env=env, cwd=PROJECT_ROOT,
-                                stdout=out, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-        try:
-            code = proc.wait(300)
-        finally:
-            if proc.poll() is None:  # over time: ours, by its PID
-                proc.kill()
-                proc.wait(30)
-        out.seek(0)
-        assert code == -signal.SIGKILL, f"the run was not killed at {point}: exit {code}\n{out.read()[-3000:]}"
-
 
 def assert_table_is_the_archive(store, cfg: TopicConfig, kafka, end: int) -> None:
     """The table holds exactly the manifests' objects up to `end`, and every record below `end` once."""

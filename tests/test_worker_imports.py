@@ -44,7 +44,7 @@ def test_an_archive_task_imports_no_pandas_into_its_worker(reader, kafka, swift,
         # Both formats; small chunks and objects, so Batch seals and row groups are cut many times.
         jobs = [job_for(kafka, store, topic, 0, 300, format=fmt, object_bytes=50_000) for fmt in ("parquet", "jsonl")]
     (tmp_path / "jobs.pickle").write_bytes(pickle.dumps(jobs))
-    env = {**os.environ, "MATOS_NATIVE_READER": "1" if reader == "native" else "0"}
+    env = {**os.environ, "MATOS_NATIVE_READER": "true" if reader == "native" else "false"}
     done = subprocess.run([sys.executable, "-c", _TASK, str(tmp_path / "jobs.pickle")], env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr

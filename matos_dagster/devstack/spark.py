@@ -29,6 +29,29 @@ _SETTINGS_FILE = "devstack-spark.json"
 _SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
 
+# Spark's default logging (org/apache/spark/log4j2-defaults.properties), but for one class: when a
+# client goes away without releasing an execution (a run killed mid-job), the server removes it
+# later and logs, at INFO, the whole execution, plan included: the task's pickled closure, which
+# holds the Kafka and Swift settings the tasks need, credentials among them. A server of the
+# user's own wants the same line (docs: security).
+LOG4J2 = """rootLogger.level = info
+rootLogger.appenderRef.stdout.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
+logger.jetty.name = org.sparkproject.jetty
+logger.jetty.level = warn
+logger.jetty2.name = org.sparkproject.jetty.util.component.AbstractLifeCycle
+logger.jetty2.level = error
+logger.parquet.name = org.apache.parquet.CorruptStatistics
+logger.parquet.level = error
+logger.abandoned.name = org.apache.spark.sql.connect.service.SparkConnectExecutionManager
+logger.abandoned.level = warn
+"""
+
+
 def spark_home() -> Path:
     """The venv's pyspark package folder: its bin/spark-submit and jars/ are a Spark install."""
     import pyspark
@@ -95,8 +118,10 @@ class SparkConnectServer:
             "spark.local.dir": str(self.data_dir / "tmp"),
             "spark.sql.warehouse.dir": str(self.data_dir / "warehouse"),
             "spark.jars.ivy": str(self.data_dir / "ivy"),
-            "spark.driver.extraJavaOptions": f"-Dderby.system.home={self.data_dir / 'derby'}",
+            "spark.driver.extraJavaOptions": f"-Dderby.system.home={self.data_dir / 'derby'} "
+                                             f"-Dlog4j2.configurationFile=file:{self.data_dir / 'log4j2.properties'}",
         }
+        (self.data_dir / "log4j2.properties").write_text(LOG4J2)
         argv = [str(home / "bin" / "spark-submit"), "--class", _SERVER_CLASS,
                 "--master", self.master, "--driver-memory", self.driver_memory]
         for key, value in conf.items():
