@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-NATIVE := matos_dagster/native/_slice_reader.so
+NATIVE := matos_dagster/core/archive/native/_slice_reader.so
 export MATOS_DEVSTACK_DIR ?= $(CURDIR)/.devstack
 export DAGSTER_HOME := $(MATOS_DEVSTACK_DIR)/dagster
 DAGSTER_PORT ?= 3000
@@ -15,16 +15,16 @@ PYTEST_TIMEOUT ?= 1200
 install: $(STAMP) $(NATIVE)
 
 # The venv is rebuilt whenever pyproject.toml changes.
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml dev/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,bench,docs]'
+	$(BIN)/pip install --quiet -e '.[test,docs]' -e ./dev
 	touch $(STAMP)
 
-# The native slice reader (matos_dagster/native): built with `cc` where librdkafka's header is
+# The native slice reader (matos_dagster/core/archive/native): built with `cc` where librdkafka's header is
 # (Debian: librdkafka-dev); where it cannot be, the build says why and the Python reader is used.
-$(NATIVE): matos_dagster/native/slice_reader.c matos_dagster/native/build.py $(STAMP)
-	$(BIN)/python -m matos_dagster.native.build
+$(NATIVE): matos_dagster/core/archive/native/slice_reader.c matos_dagster/core/archive/native/build.py $(STAMP)
+	$(BIN)/python -m matos_dagster.core.archive.native.build
 
 $(DAGSTER_HOME)/dagster.yaml: dagster.yaml
 	mkdir -p $(DAGSTER_HOME)
@@ -35,20 +35,20 @@ $(DAGSTER_HOME)/dagster.yaml: dagster.yaml
 # may open it (matos_dagster/instance.py: two processes creating it at once break it for good).
 up: install $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/python -m matos_dagster.instance $(DAGSTER_HOME)
-	$(BIN)/python -m matos_dagster.devstack up
+	$(BIN)/python -m matos_dev.stack up
 
 down:
-	$(BIN)/python -m matos_dagster.devstack down
+	$(BIN)/python -m matos_dev.stack down
 
 status:
-	$(BIN)/python -m matos_dagster.devstack status
+	$(BIN)/python -m matos_dev.stack status
 
 # The local stack, then the Dagster UI and daemon on http://127.0.0.1:3000 (Ctrl-C stops Dagster;
 # `make down` stops Kafka, Swift and Spark Connect).
 # Demo records are loaded only into an empty `demo` topic. `dg dev` runs in DAGSTER_HOME: run
 # elsewhere, Dagster warns that the project's dagster.yaml (the template copied there) is unused.
 run: up
-	$(BIN)/python -m matos_dagster.devstack demo-data
+	$(BIN)/python -m matos_dev.stack demo-data
 	cd $(DAGSTER_HOME) && $(CURDIR)/$(BIN)/dg dev -w $(CURDIR)/workspace.yaml -h 127.0.0.1 -p $(DAGSTER_PORT)
 
 # `make run` on the production instance (dagster.postgres.yaml) instead of sqlite: the stack,
@@ -61,13 +61,13 @@ $(DAGSTER_PG_HOME)/dagster.yaml: dagster.postgres.yaml
 	cp dagster.postgres.yaml $(DAGSTER_PG_HOME)/dagster.yaml
 
 run-postgres: up $(DAGSTER_PG_HOME)/dagster.yaml
-	DAGSTER_HOME=$(DAGSTER_PG_HOME) $(BIN)/python -m matos_dagster.devstack.postgres -- sh -c \
-		'$(BIN)/python -m matos_dagster.instance && $(BIN)/python -m matos_dagster.devstack demo-data && \
+	DAGSTER_HOME=$(DAGSTER_PG_HOME) $(BIN)/python -m matos_dev.stack.with_postgres -- sh -c \
+		'$(BIN)/python -m matos_dagster.instance && $(BIN)/python -m matos_dev.stack demo-data && \
 		cd $(DAGSTER_PG_HOME) && \
 		exec $(CURDIR)/$(BIN)/dg dev -w $(CURDIR)/workspace.yaml -h 127.0.0.1 -p $(DAGSTER_PORT)'
 
 demo: up
-	$(BIN)/python -m matos_dagster.devstack demo
+	$(BIN)/python -m matos_dev.stack demo
 
 # The crash proofs (faults, two runs of one range, scale-out, the secret search) are in
 # `make test`; only what needs tens of minutes (the soak, ten quiet minutes) is `slow`. The
@@ -82,9 +82,9 @@ test-all: install
 # The exactly-once, fault and fidelity proofs again with the Python slice reader, which a machine
 # without the native one uses (MATOS_NATIVE_READER=false reaches the session's Spark workers; the
 # reader test in the list checks that they really used it). Part of `make test-all`.
-READER_PROOFS := tests/test_faults.py tests/test_archive.py tests/test_one_run_per_range.py \
-	tests/test_records.py tests/test_record_properties.py tests/test_reader.py tests/test_restore.py \
-	tests/test_native_reader.py::test_a_spark_archive_run_names_the_reader_in_its_log_and_asset_metadata
+READER_PROOFS := tests/end_to_end/test_faults.py tests/core/archive/test_archive.py tests/end_to_end/test_one_run_per_range.py \
+	tests/core/records/test_records.py tests/core/records/test_record_properties.py tests/core/test_reader.py tests/core/restore/test_restore.py \
+	tests/core/archive/test_native_reader.py::test_a_spark_archive_run_names_the_reader_in_its_log_and_asset_metadata
 test-python-reader: install
 	MATOS_NATIVE_READER=false $(BIN)/python -m pytest -m "not slow" --timeout=$(PYTEST_TIMEOUT) --durations=10 \
 		--junitxml=test-output/junit-python-reader.xml $(READER_PROOFS)
@@ -98,25 +98,25 @@ docs: install
 # chart the documentation's performance page shows are written into docs/performance/.
 BENCH_DOCS := docs/performance
 bench: install
-	$(BIN)/python -m matos_dagster.bench --latency $(BENCH_ARGS)
-	$(BIN)/python -m matos_dagster.bench.report .bench/results.json --markdown $(BENCH_DOCS)/results.md \
+	$(BIN)/python -m matos_dev.bench --latency $(BENCH_ARGS)
+	$(BIN)/python -m matos_dev.bench.report .bench/results.json --markdown $(BENCH_DOCS)/results.md \
 		--chart $(BENCH_DOCS)/throughput.png
-	$(BIN)/python -m matos_dagster.bench --history $(HISTORY_ARGS)
+	$(BIN)/python -m matos_dev.bench --history $(HISTORY_ARGS)
 	cp .bench/history.md $(BENCH_DOCS)/history.md
-	$(BIN)/python -m matos_dagster.bench.compaction
-	$(BIN)/python -m matos_dagster.bench.ui $(UI_ARGS)
-	$(BIN)/python -m matos_dagster.bench --peer --peer-faults $(PEER_ARGS)
+	$(BIN)/python -m matos_dev.bench.compaction
+	$(BIN)/python -m matos_dev.bench.ui $(UI_ARGS)
+	$(BIN)/python -m matos_dev.bench --peer --peer-faults $(PEER_ARGS)
 
 # The archive side by side with Apache Iceberg's Kafka Connect sink (bench/peer.py): W1 and W2,
 # the sink's latency at its 5-minute commit interval and at 30 s, its fault comparison;
 # PEER_ARGS="--quick --repeat 1" for a short run.
 bench-peer: install
-	$(BIN)/python -m matos_dagster.bench --peer --peer-faults $(PEER_ARGS)
+	$(BIN)/python -m matos_dev.bench --peer --peer-faults $(PEER_ARGS)
 
 # The growth workload alone (N = 0, 10,000, 100,000 ranges already archived); HISTORY_ARGS=--quick
 # for 0 and 10,000, or e.g. HISTORY_ARGS="--history-n 0,100000,1000000".
 bench-history: install
-	$(BIN)/python -m matos_dagster.bench --history $(HISTORY_ARGS)
+	$(BIN)/python -m matos_dev.bench --history $(HISTORY_ARGS)
 	cp .bench/history.md $(BENCH_DOCS)/history.md
 
 clean: down
@@ -124,9 +124,9 @@ clean: down
 
 # A day of small ranges compacted: objects, bytes, and one hour's read before and after.
 bench-compaction: install
-	$(BIN)/python -m matos_dagster.bench.compaction
+	$(BIN)/python -m matos_dev.bench.compaction
 
 # The asset's Overview and Partitions pages in dagster-webserver after a simulated year with
 # retention (4 x MATOS_KEEP_KEYS keys), then at 100,000 keys (bench/ui.py; about 10 minutes).
 bench-ui: install
-	$(BIN)/python -m matos_dagster.bench.ui $(UI_ARGS)
+	$(BIN)/python -m matos_dev.bench.ui $(UI_ARGS)

@@ -14,7 +14,7 @@ import time
 
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
-from matos_dagster import heartbeat
+from matos_dagster.core.runs import heartbeat
 from matos_dagster.dagster_compat import PARTITION_NAME_TAG
 
 

@@ -10,17 +10,17 @@ import os
 
 from dagster import Definitions, EnvVar, in_process_executor
 
-from matos_dagster import settings, topics
 from matos_dagster.assets.archive import archive_asset, ranges_partitions
 from matos_dagster.assets.monitor import monitor_automation, monitor_check
+from matos_dagster.core import settings, topics
 from matos_dagster.jobs.backfill import backfill_job
 from matos_dagster.jobs.compact import compact_job, compact_schedule
+from matos_dagster.jobs.iceberg import iceberg_job
 from matos_dagster.jobs.load import load
 from matos_dagster.jobs.loss import acknowledge_loss_job
 from matos_dagster.jobs.ranges import add_ranges_job
 from matos_dagster.jobs.restore import restore_job
 from matos_dagster.jobs.retention import retention_job, retention_schedule
-from matos_dagster.jobs.iceberg import iceberg_job
 from matos_dagster.jobs.verify import verify_job
 from matos_dagster.resources import KafkaResource, SparkResource, SwiftResource
 from matos_dagster.sensors.lag import lag_sensor
@@ -76,7 +76,7 @@ ADD_RANGES = add_ranges_job(TOPICS)
 defs = Definitions(
     assets=[archive_asset(t) for t in TOPICS],
     asset_checks=CHECKS,
-    jobs=[load, ADD_RANGES, backfill_job(TOPICS, ADD_RANGES), acknowledge_loss_job(TOPICS), restore_job(TOPICS), verify_job(TOPICS), RETENTION, COMPACT,
+    jobs=[load, ADD_RANGES, backfill_job(TOPICS, ADD_RANGES, lambda: defs.resolve_asset_graph()), acknowledge_loss_job(TOPICS), restore_job(TOPICS), verify_job(TOPICS), RETENTION, COMPACT,
           iceberg_job(TOPICS)],
     sensors=[lag_sensor(t, ranges_partitions(t), SENSOR_INTERVAL_S) for t in TOPICS] + [s for _, s in MONITORS],
     schedules=[schedule for schedule, _ in MONITORS]

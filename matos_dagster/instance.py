@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator
 
 import yaml
 
-from matos_dagster import settings
+from matos_dagster.core import settings
 
 TEMPLATE = settings.PROJECT_ROOT / "dagster.yaml"
 LOCK = ".matos-instance.lock"
@@ -62,7 +62,7 @@ def prepare(home: Path | None = None, template: Path = TEMPLATE,
     instance's dagster.yaml reads, if not this process's (a test's PostgreSQL).
     """
     home = (home or default_home()).expanduser().absolute()
-    with _environment(env or {}):
+    with environment(env or {}):
         if not _ready(home):  # the common case: no lock, no Dagster import
             _create(home, template, say)
     return home
@@ -83,7 +83,8 @@ def _create(home: Path, template: Path, say: Callable[[str], None]) -> None:
 
 
 @contextlib.contextmanager
-def _environment(env: dict[str, str]) -> Iterator[None]:
+def environment(env: dict[str, str]) -> Iterator[None]:
+    """`env` in os.environ for the block (Dagster resolves dagster.yaml's `env:` entries from it)."""
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
@@ -176,9 +177,10 @@ def _sqlite(home: Path) -> bool:
     return not separate and (not storage or set(storage) == {"sqlite"} and not (storage["sqlite"] or {}).get("base_dir"))
 
 
-def _stamps(home: Path) -> dict[str, list[str]]:
-    out = {}
-    if not _sqlite(home):
+def _stamps(home: Path, sqlite: bool | None = None) -> dict[str, list[str]]:
+    """The alembic revisions of each sqlite file (none for storage elsewhere); `sqlite`: known already."""
+    out: dict[str, list[str]] = {}
+    if not (_sqlite(home) if sqlite is None else sqlite):
         return out
     for db in SQLITE_DBS:
         if (home / db).exists():
@@ -195,7 +197,7 @@ def _ready(home: Path) -> bool:
     if not (home / "dagster.yaml").exists():
         return False
     if _sqlite(home):
-        stamps = _stamps(home)
+        stamps = _stamps(home, sqlite=True)
         return len(stamps) == len(SQLITE_DBS) and all(len(r) == 1 for r in stamps.values())
     prepared = home / PREPARED
     return prepared.exists() and prepared.read_text() == _fingerprint(home)

@@ -23,13 +23,13 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import NewTopic
+from matos_dev.stack.kafka import KafkaServer
+from matos_dev.stack.process import free_port
+from matos_dev.stack.spark import SparkConnectServer
+from matos_dev.stack.swift import SwiftServer
 
-from matos_dagster.devstack.kafka import KafkaServer
-from matos_dagster.devstack.process import free_port
-from matos_dagster.devstack.spark import SparkConnectServer
-from matos_dagster.devstack.swift import SwiftServer
+from matos_dagster.core.settings import PROJECT_ROOT
 from matos_dagster.resources import KafkaResource, SparkResource, SwiftResource
-from matos_dagster.settings import PROJECT_ROOT
 
 CACHE = Path(os.environ.get("MATOS_DEVSTACK_DIR", PROJECT_ROOT / ".devstack")) / "cache"
 OUTPUT = PROJECT_ROOT / "test-output"

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 from typing import NoReturn
 
 import pyarrow as pa
@@ -93,7 +94,7 @@ def read_kafka(kafka, topic: str, partition: int, start: int = 0, end: int | Non
 def decode_object(data: bytes, format: str) -> list[dict]:
     """An archived object's rows as read_kafka gives them (timestamps as epoch milliseconds).
 
-    Written apart from matos_dagster.records, from the README's description of the format
+    Written apart from matos_dagster.core.records (objects.py), from the README's description of the format
     only, so a defect of the product's encoder or decoder shows here as a difference.
     """
     if format == "parquet":
@@ -137,7 +138,7 @@ def read_archive(store, manifest: dict) -> list[dict]:
 
 
 def table_rows(table: pa.Table) -> list[dict]:
-    """A product Arrow table (records.SCHEMA) as read_kafka rows, timestamps as int64 milliseconds."""
+    """A product Arrow table (schema.SCHEMA) as read_kafka rows, timestamps as int64 milliseconds."""
     stamps = table.column("timestamp").cast(pa.int64()).to_pylist()
     rows = table.drop_columns(["timestamp"]).to_pylist()
     for r, ts in zip(rows, stamps):
@@ -219,7 +220,6 @@ def new_instance(home, template=None, env=None):
     (the project's, or `template`), its storage created once under the instance lock, so the
     processes a test starts at once never create it side by side (Dagster issue 27390)."""
     from matos_dagster import instance
-
     home.mkdir(parents=True, exist_ok=True)
     if template is not None:
         (home / "dagster.yaml").write_text(template.read_text())
@@ -228,10 +228,10 @@ def new_instance(home, template=None, env=None):
 
 _KILLED_RUN = """
 import json, os, sys
-from matos_dagster.archive import archive_range
-from matos_dagster.ranges import OffsetRange
+from matos_dagster.core.archive.range_run import archive_range
+from matos_dagster.core.offsets.ranges import OffsetRange
 from matos_dagster.resources import KafkaResource, SparkResource, SwiftResource
-from matos_dagster.topics import TopicConfig
+from matos_dagster.core.topics import TopicConfig
 
 a = json.loads(sys.argv[1])
 kafka = KafkaResource(bootstrap_servers=a["bootstrap"], timeout_s=10)
@@ -245,13 +245,13 @@ print("not killed")
 
 
 def killed_run(r, cfg, kafka_server, swift, connect_server, point: str) -> None:
-    """Archive `r` in a process of its own that MATOS_FAULT=<point> SIGKILLs there (archive.py's
+    """Archive `r` in a process of its own that MATOS_FAULT=<point> SIGKILLs there (range_run.py's
     fault points), as an OOM kill or a lost machine would; fails unless it was killed there.
 
     A client of the session's Spark Connect server, as `make run`'s runs are: it starts no JVM of
-    its own, so nothing of it outlives the kill (tests/test_faults.py kills classic drivers). The
+    its own, so nothing of it outlives the kill (tests/end_to_end/test_faults.py kills classic drivers). The
     Iceberg settings, if any, come from this process's environment."""
-    from matos_dagster.settings import PROJECT_ROOT
+    from matos_dagster.core.settings import PROJECT_ROOT
 
     args = {"bootstrap": kafka_server.bootstrap_servers, "auth_url": swift.auth_url, "user": swift.user,
             "container": swift.container, "spark": connect_server.url, "range": dict(vars(r)),
@@ -268,3 +268,18 @@ def killed_run(r, cfg, kafka_server, swift, connect_server, point: str) -> None:
                 proc.wait(30)
         out.seek(0)
         assert code == -signal.SIGKILL, f"the run was not killed at {point}: exit {code}\n{out.read()[-3000:]}"
+
+
+# Commands as a user runs them, from a folder of theirs.
+DAGSTER = str(Path(sys.executable).parent / "dagster")
+
+
+def run(env, cwd, *args, ok=True) -> subprocess.CompletedProcess:
+    p = subprocess.run(list(args), env=env, cwd=cwd, capture_output=True, text=True, timeout=600)
+    if ok:
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    return p
+
+
+def dagster(env, cwd, *args, ok=True) -> subprocess.CompletedProcess:
+    return run(env, cwd, DAGSTER, *args, ok=ok)

@@ -1,6 +1,6 @@
 """A real PostgreSQL server for the tests that run Dagster on its production storage.
 
-`running_postgres()` starts one (matos_dagster.devstack.postgres) in a temporary folder on a
+`running_postgres()` starts one (matos_dev.stack.postgres) in a temporary folder on a
 free port and stops it by PID whatever happens. The folder is made with mkdtemp and opened to
 others (o+x) because, as root (CI), the server runs as another user, and pytest's own
 temporary folders are private to their owner.
@@ -9,14 +9,15 @@ temporary folders are private to their owner.
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import tempfile
 import uuid
 from pathlib import Path
 
-from matos_dagster.devstack.postgres import PostgresServer
-from matos_dagster.settings import PROJECT_ROOT
+from matos_dev.stack.postgres import PostgresServer
+
+from matos_dagster.core.settings import PROJECT_ROOT
+from matos_dagster.instance import environment  # noqa: F401 - the tests' `environment(values)` block
 
 PRODUCTION_INSTANCE = PROJECT_ROOT / "dagster.postgres.yaml"
 
@@ -42,17 +43,3 @@ def new_database(server: PostgresServer, prefix: str) -> str:
     server.create_database(name)
     return name
 
-
-@contextlib.contextmanager
-def environment(values: dict[str, str]):
-    """`values` in os.environ for the block (Dagster resolves the yaml's `env:` entries from it)."""
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v

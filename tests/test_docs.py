@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from matos_dagster.settings import PROJECT_ROOT
+from matos_dagster.core.settings import PROJECT_ROOT
 
 README = PROJECT_ROOT / "README.md"
 DOCS = PROJECT_ROOT / "docs"
@@ -102,3 +102,14 @@ def test_the_readme_links_only_inside_the_repository():
         path = target.split("#")[0]
         assert not path.startswith(".."), f"{target}: outside the repository"
         assert (PROJECT_ROOT / path).exists(), f"{target}: no such file in the repository"
+
+
+# A file of the repository named in a document: a test, a module, a folder of the package.
+NAMED_FILE = re.compile(r"(?<![\w/.-])((?:tests|matos_dagster|dev/matos_dev|docs)/[\w./-]*\w)")
+
+
+def test_every_file_a_document_names_exists():
+    missing = [f"{path.relative_to(PROJECT_ROOT)}: {name}"
+               for path in documents() for name in NAMED_FILE.findall(path.read_text())
+               if not (PROJECT_ROOT / name.split("::")[0]).exists()]
+    assert missing == []

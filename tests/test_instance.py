@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from matos_dagster import instance
-from matos_dagster.settings import PROJECT_ROOT
+from matos_dagster.core.settings import PROJECT_ROOT
 
 MATOS = [sys.executable, "-m", "matos_dagster"]
 KEY = "demo:p00000:00000000000000000000-00000000000000000001"
@@ -108,7 +108,7 @@ def test_the_postgres_instance_without_its_variables_is_one_line_naming_them(tmp
 
 def test_make_up_and_make_run_postgres_create_the_instance_before_anything_opens_it(tmp_path):
     env = {**os.environ, "MATOS_DEVSTACK_DIR": str(tmp_path / ".devstack")}
-    for target, before in (("up", "matos_dagster.devstack up"), ("run-postgres", "matos_dagster.devstack demo-data")):
+    for target, before in (("up", "matos_dev.stack up"), ("run-postgres", "matos_dev.stack demo-data")):
         p = subprocess.run(["make", "--dry-run", "--always-make", target], cwd=PROJECT_ROOT, env=env,
                            capture_output=True, text=True, timeout=60)
         assert p.returncode == 0, p.stderr

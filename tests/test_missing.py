@@ -5,12 +5,12 @@ under CI (CI=true) with the same message (helpers.missing). Pure: nothing is ins
 
 from __future__ import annotations
 
-import pytest
-
 import browser
+import pytest
 import test_records
 from helpers import missing
-from matos_dagster import native
+
+from matos_dagster.core.archive import native
 
 HOW = "the frobnicator is missing: apt-get install frobnicator, then make install"
 

@@ -14,12 +14,14 @@ from dagster import (
     asset,
 )
 
-from matos_dagster import heartbeat, iceberg, offset_order, turns
-from matos_dagster.archive import Archived, DataLoss, RangeRefused, check, in_turn
+from matos_dagster.core.archive.range_run import Archived, DataLoss, RangeRefused, check, in_turn
+from matos_dagster.core.iceberg.hooks import TableState, table_state
+from matos_dagster.core.iceberg.plan import TableError
+from matos_dagster.core.offsets.ranges import KEY_FORM, OffsetRange, parse_key
+from matos_dagster.core.runs import heartbeat, offset_order, turns
+from matos_dagster.core.topics import TopicConfig
 from matos_dagster.dead_runs import beating, waits_for
-from matos_dagster.ranges import KEY_FORM, OffsetRange, parse_key
 from matos_dagster.resources import KafkaResource, SparkResource, SwiftResource
-from matos_dagster.topics import TopicConfig
 
 # Run tags: a range readable at a glance in the Runs list, and the turn-taking of turns.py.
 TOPIC_PARTITION_TAG = "matos/topic_partition"
@@ -105,16 +107,16 @@ def first_metadata(first: offset_order.First) -> dict:
     return meta
 
 
-def _table_state(store, topic: TopicConfig, partition: int, warn) -> iceberg.TableState | None:
+def _table_state(store, topic: TopicConfig, partition: int, warn) -> TableState | None:
     """The topic's Iceberg table after this run (MATOS_ICEBERG_TABLES; None when off)."""
     try:
-        return iceberg.table_state(store, topic, partition)
-    except iceberg.TableError as e:  # the range is archived: only the table's figures are missing
+        return table_state(store, topic, partition)
+    except TableError as e:  # the range is archived: only the table's figures are missing
         warn(str(e))
         return None
 
 
-def table_metadata(t: iceberg.TableState) -> dict:
+def table_metadata(t: TableState) -> dict:
     """The table's snapshot and size after the run: `iceberg_records` plots the table growing."""
     meta = {
         "iceberg_table": MetadataValue.text(t.table),

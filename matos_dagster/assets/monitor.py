@@ -11,8 +11,8 @@ from dagster import (
     AssetCheckExecutionContext,
     AssetCheckKey,
     AssetCheckResult,
-    AssetCheckSeverity,
     AssetChecksDefinition,
+    AssetCheckSeverity,
     AssetKey,
     AssetSelection,
     DefaultScheduleStatus,
@@ -29,11 +29,13 @@ from dagster import (
     define_asset_job,
 )
 
-from matos_dagster import layout, monitor, monitor_marks
-from matos_dagster.archived import PartitionArchive
+from matos_dagster.core.monitor import marks as monitor_marks
+from matos_dagster.core.monitor import report as monitor
+from matos_dagster.core.swift import layout
+from matos_dagster.core.swift.archived import PartitionArchive
+from matos_dagster.core.topics import TopicConfig
 from matos_dagster.dagster_compat import AssetCheckExecutionRecordStatus
 from matos_dagster.resources import KafkaResource, SwiftResource
-from matos_dagster.topics import TopicConfig
 
 CHECK_NAME = "monitor"
 

@@ -16,9 +16,10 @@ import os
 import sys
 from importlib.metadata import PackageNotFoundError, version
 
-from matos_dagster import instance, settings
+from matos_dagster import instance
 from matos_dagster.cli import jobs
 from matos_dagster.cli.common import Refused, prog
+from matos_dagster.core import settings
 
 Formatter = argparse.RawDescriptionHelpFormatter
 
@@ -29,7 +30,7 @@ EPILOG = """first steps:
   matos backfill demo             everything pending, as one Dagster backfill
   matos monitor demo              lag, gaps and loss per partition
 
-Settings are MATOS_* environment variables; `python -m matos_dagster.settings` lists them."""
+Settings are MATOS_* environment variables; `python -m matos_dagster.core.settings` lists them."""
 
 
 def _version() -> str:
@@ -99,6 +100,13 @@ def parser() -> argparse.ArgumentParser:
                 "remove-key demo:p00000:00000000000000000000-00000000000000000001", ranges.remove_key)
     c.add_argument("keys", nargs="+", metavar="KEY", help="partition keys to remove")
     jobs.add_subcommands(sub, Formatter)
+    from matos_dagster.cli import audit
+
+    c = command("audit", "verify a topic's archive from outside Dagster: entries, objects, optionally records "
+                "against Kafka", audit.DESCRIPTION, "audit --topic demo --sample 20",
+                lambda args: audit.run(args, audit_error))
+    audit_error = c.error
+    audit.add_arguments(c)
     c = command("instance", "create the Dagster instance's storage, or repair one broken by two commands at once",
                 "Create the storage of the Dagster instance in $DAGSTER_HOME once, under a lock (every command "
                 "does this first). --repair mends an instance whose sqlite storage two processes created at "
@@ -123,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.CRITICAL,
                         format="%(levelname)s %(name)s: %(message)s")
+    if args.command == "audit":  # outside Dagster: no instance; it says what is wrong itself
+        return args.run(args)
     try:
         if args.command != "check":  # check reports bad settings itself, with the rest
             settings.check()

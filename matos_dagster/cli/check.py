@@ -16,10 +16,9 @@ import uuid
 from typing import Callable, Iterator
 from urllib.parse import urlsplit
 
-from matos_dagster import settings
+from matos_dagster.core import settings
 
 OK, FAIL, SKIP = "OK", "FAIL", "SKIPPED"
-PROBE = "_matos_check"
 
 
 def run(say: Callable[[str], None] = print) -> int:
@@ -64,7 +63,7 @@ def _part(name: str, ask: Callable[[], str]) -> tuple[str, str, str]:
 
 
 def _kafka(resource, topics) -> str:
-    from matos_dagster.resources.kafka import UnknownTopic
+    from matos_dagster.core.kafka.errors import UnknownTopic
 
     kafka = resource.process_config_and_initialize()
     found = []
@@ -82,25 +81,17 @@ def _kafka(resource, topics) -> str:
 
 
 def _swift(resource) -> str:
-    from swiftclient.exceptions import ClientException
 
-    from matos_dagster.store import Store
+    from matos_dagster.core.swift import layout
+    from matos_dagster.core.swift.store import Store
 
     swift = resource.process_config_and_initialize()
     params = swift.params()
     with Store(params) as store:
-        conn = store._conn
-        try:
-            conn.head_container(store.container)
-        except ClientException as e:
-            if e.http_status != 404:
-                raise store._explain(e, "read container") from None
-            conn.head_account()  # authenticated, the account answers: the first run creates the container
+        if not store.container_exists():  # authenticated: the first archive run creates the container
             return (f"{params.auth_url} (auth v{params.auth_version}): container {store.container} does not exist "
                     "yet; the first archive run creates it (private)")
-        except Exception as e:  # noqa: BLE001 - refused connection, DNS, TLS: explained with the settings
-            raise store._explain(e, "authenticate") from None
-        probe = f"{params.prefix}/{PROBE}/{uuid.uuid4().hex}" if params.prefix else f"{PROBE}/{uuid.uuid4().hex}"
+        probe = layout.probe_name(params.prefix, uuid.uuid4().hex)
         store.put(probe, b"matos check: this object is removed at once")
         store.delete(probe)
     return f"{params.auth_url} (auth v{params.auth_version}): container {store.container} writable (probe written, removed)"

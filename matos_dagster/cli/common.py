@@ -48,7 +48,6 @@ def run_job(job: str, op: str, config: dict) -> tuple[Any, Any]:
     from dagster import DagsterInstance
 
     from matos_dagster import definitions
-
     with DagsterInstance.get() as instance:
         result = definitions.defs.resolve_job_def(job).execute_in_process(
             run_config={"ops": {op: {"config": config}}, **quiet()}, instance=instance, raise_on_error=False
@@ -72,8 +71,7 @@ def output_metadata(result, op: str) -> dict[str, Any]:
 def topic_of(name: str):
     """The topics file's entry for `name`; Refused (before anything reaches the network) if none."""
     from matos_dagster import definitions
-    from matos_dagster import settings
-
+    from matos_dagster.core import settings
     by_name = {t.name: t for t in definitions.TOPICS}
     if name not in by_name:
         raise Refused(f"topic {name!r} is not in the topics file ({settings.get('MATOS_TOPICS_FILE')}); "

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from matos_dagster import loss
 from matos_dagster.cli.common import Refused, command, failure, quiet, run_job, topic_of
+from matos_dagster.core.archive import loss
 
 
 def _offsets(args: argparse.Namespace) -> None:
@@ -92,7 +92,7 @@ def archive(args: argparse.Namespace) -> int:
     from matos_dagster import definitions
     from matos_dagster.assets.archive import archive_asset
     from matos_dagster.assets.monitor import CHECK_NAME, monitor_check
-    from matos_dagster.ranges import parse_key
+    from matos_dagster.core.offsets.ranges import parse_key
 
     ranges = []
     for key in args.keys:  # every key is checked before any is archived
@@ -134,7 +134,6 @@ def remove_key(args: argparse.Namespace) -> int:
     from dagster import DagsterInstance
 
     from matos_dagster import definitions
-
     with DagsterInstance.get() as instance:
         for key in args.keys:
             owners = [t for t in definitions.TOPICS if instance.has_dynamic_partition(t.partitions_name, key)]

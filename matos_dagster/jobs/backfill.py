@@ -20,6 +20,7 @@ run the queue has not started.
 
 import time
 from dataclasses import dataclass
+from typing import Any, Callable
 
 from dagster import (
     AssetKey,
@@ -34,9 +35,9 @@ from dagster import (
     op,
 )
 
+from matos_dagster.core.offsets.ranges import parse_key
+from matos_dagster.core.topics import TopicConfig
 from matos_dagster.dagster_compat import backfill_status, submit_asset_backfill
-from matos_dagster.ranges import parse_key
-from matos_dagster.topics import TopicConfig
 
 JOB = "backfill"
 OP = "submit_backfill"
@@ -44,12 +45,10 @@ TOPIC_TAG = "matos/backfill_of"
 BACKFILL_TAG = "dagster/backfill"  # Dagster's tag on every run of a backfill
 
 
-def submit(instance: DagsterInstance, topic: TopicConfig, keys: list[str]) -> str:
+def submit(instance: DagsterInstance, asset_graph, topic: TopicConfig, keys: list[str]) -> str:
     """One asset backfill of these (added) keys of `topic`'s archive asset; its id."""
-    from matos_dagster.definitions import defs  # loaded already: the job runs in it
-
     title = f"{topic.name}: {len(keys)} pending range{'s' if len(keys) != 1 else ''}"
-    return submit_asset_backfill(instance, defs.resolve_asset_graph(), AssetKey(topic.asset_name), sorted(keys),
+    return submit_asset_backfill(instance, asset_graph, AssetKey(topic.asset_name), sorted(keys),
                                  {TOPIC_TAG: topic.name}, title)
 
 
@@ -102,8 +101,11 @@ def outcomes(instance: DagsterInstance, backfill_id: str, topic: TopicConfig, ke
     return out
 
 
-def backfill_job(topics: list[TopicConfig], add_ranges):
-    """The UI's one launch: the `add_ranges` job's op, then one backfill of the keys it added."""
+def backfill_job(topics: list[TopicConfig], add_ranges, asset_graph: Callable[[], Any]):
+    """The UI's one launch: the `add_ranges` job's op, then one backfill of the keys it added.
+
+    `asset_graph()` gives the code location's asset graph, which a backfill names: handed in by
+    definitions.py, as an op run in process has no repository to ask."""
     by_name = {t.name: t for t in topics}
     add = add_ranges.graph.node_dict["add_range_keys"].definition
 
@@ -113,7 +115,7 @@ def backfill_job(topics: list[TopicConfig], add_ranges):
             context.log.info("nothing pending: no backfill")
             return ""
         topic = by_name[parse_key(keys[0]).topic]  # the op before checked the topic
-        backfill_id = submit(context.instance, topic, keys)
+        backfill_id = submit(context.instance, asset_graph(), topic, keys)
         context.log.info(f"backfill {backfill_id}: {len(keys)} ranges of {topic.name}; progress in Runs -> Backfills")
         context.add_output_metadata({"backfill_id": backfill_id, "keys": MetadataValue.json(sorted(keys)),
                                      "count": len(keys)})

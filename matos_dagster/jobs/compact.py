@@ -1,4 +1,4 @@
-"""The compact job: merge a topic's small archived ranges into large ones (compact.py's protocol).
+"""The compact job: merge a topic's small archived ranges into large ones (core/compact/run.py's protocol).
 
     dg launch --job compact --config-json '{"ops": {"compact_archive": {"config": {"topic": "demo"}}}}'
 
@@ -24,9 +24,9 @@ from dagster import (
 )
 from pydantic import Field
 
-from matos_dagster.compact import Compacted, compact_topic
+from matos_dagster.core.compact.run import Compacted, compact_topic
+from matos_dagster.core.topics import TopicConfig
 from matos_dagster.resources import KafkaResource, SparkResource, SwiftResource
-from matos_dagster.topics import TopicConfig
 
 TAG = "matos/compact"
 

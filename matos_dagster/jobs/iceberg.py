@@ -13,12 +13,12 @@ with the differences when the check finds any.
 from dagster import Config, Failure, MetadataValue, OpExecutionContext, Output, job, op
 from pydantic import Field
 
-from matos_dagster import layout
-from matos_dagster.iceberg import Tables
-from matos_dagster.iceberg_plan import TableError
+from matos_dagster.core.iceberg.plan import TableError
+from matos_dagster.core.iceberg.table import Tables
+from matos_dagster.core.swift import layout
+from matos_dagster.core.swift.store import Store
+from matos_dagster.core.topics import TopicConfig
 from matos_dagster.resources import SwiftResource
-from matos_dagster.store import Store
-from matos_dagster.topics import TopicConfig
 
 
 class IcebergConfig(Config):

@@ -5,15 +5,16 @@
 
 or from the UI: Jobs > acknowledge_loss > Launchpad, with the same config. It records the
 lost offsets in the archive (`_loss.json` beside the manifests) and commits the group's
-offset past them; the sensor then goes on by itself. See matos_dagster/loss.py.
+offset past them; the sensor then goes on by itself. See matos_dagster/core/archive/loss.py.
 """
 
 from dagster import Config, Failure, MetadataValue, OpExecutionContext, Output, job, op
 from pydantic import Field
 
-from matos_dagster import layout, loss
+from matos_dagster.core.archive import loss
+from matos_dagster.core.swift import layout
+from matos_dagster.core.topics import TopicConfig
 from matos_dagster.resources import KafkaResource, SwiftResource
-from matos_dagster.topics import TopicConfig
 
 
 class LossConfig(Config):

@@ -18,13 +18,14 @@ import sys
 from dagster import Config, MetadataValue, OpExecutionContext, job, op
 from pydantic import Field
 
-from matos_dagster import layout, loss
-from matos_dagster.archive import prefix_end, unarchived
-from matos_dagster.archived import PartitionArchive
-from matos_dagster.ranges import OffsetRange, cut
+from matos_dagster.core.archive import loss
+from matos_dagster.core.archive.commit import prefix_end, unarchived
+from matos_dagster.core.offsets.ranges import OffsetRange, cut
+from matos_dagster.core.swift import layout
+from matos_dagster.core.swift.archived import PartitionArchive
+from matos_dagster.core.swift.store import Store
+from matos_dagster.core.topics import TopicConfig
 from matos_dagster.resources import KafkaResource, SwiftResource
-from matos_dagster.store import Store
-from matos_dagster.topics import TopicConfig
 
 
 class RangesConfig(Config):

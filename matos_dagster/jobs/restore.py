@@ -9,7 +9,7 @@ with, for example,
 
 Select by `partition` + `[start, end)`, or by archive partition `keys`, and/or by a time
 window `[since_ms, until_ms)`. The exactly-once design (one transaction per object with a
-progress marker in the consumer group `matos-restore-<target>`) is in `matos_dagster/restore.py`.
+progress marker in the consumer group `matos-restore-<target>`) is in `matos_dagster/core/restore/task.py`.
 """
 
 from typing import Optional
@@ -17,10 +17,12 @@ from typing import Optional
 from dagster import Config, MetadataValue, OpExecutionContext, Output, job, op
 from pydantic import Field
 
-from matos_dagster import layout
+from matos_dagster.core.restore.plan import Request
+from matos_dagster.core.restore.run import Report
+from matos_dagster.core.restore.run import restore as run_restore
+from matos_dagster.core.swift import layout
+from matos_dagster.core.topics import TopicConfig
 from matos_dagster.resources import KafkaResource, SparkResource, SwiftResource
-from matos_dagster.restore import Report, Request, restore as run_restore
-from matos_dagster.topics import TopicConfig
 
 
 class RestoreConfig(Config):

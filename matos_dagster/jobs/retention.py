@@ -28,11 +28,12 @@ from dagster import (
 )
 from pydantic import Field
 
-from matos_dagster import layout, retention
+from matos_dagster.core.runs import retention
+from matos_dagster.core.swift import layout
+from matos_dagster.core.swift.store import Store
+from matos_dagster.core.topics import TopicConfig
 from matos_dagster.dagster_compat import PARTITION_NAME_TAG, event_log_shard
 from matos_dagster.resources import KafkaResource, SwiftResource
-from matos_dagster.store import Store
-from matos_dagster.topics import TopicConfig
 
 _FINISHED = [DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED]
 _UNFINISHED = [s for s in DagsterRunStatus if s not in _FINISHED]

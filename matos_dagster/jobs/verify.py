@@ -2,7 +2,7 @@
 
     dg launch --job verify --config-json '{"ops": {"verify_archive": {"config": {"topic": "demo", "sample": 20}}}}'
 
-The same checks as `python -m matos_dagster.verify` (see `matos_dagster/verify/`): by default
+The same checks as `matos audit` (see `matos_dagster/core/verify/`): by default
 from each partition's audit mark on (bounded, whatever the history), `audit_all: true` for a
 full audit (e.g. scheduled weekly), `from_offset: N` from an offset. The run fails, with the
 report, when anything is wrong (an acknowledged loss is not); its metadata counts each kind.
@@ -13,11 +13,11 @@ from typing import Optional
 from dagster import Config, Failure, MetadataValue, OpExecutionContext, Output, job, op
 from pydantic import Field
 
-from matos_dagster import layout
+from matos_dagster.core.swift import layout
+from matos_dagster.core.swift.store import Store
+from matos_dagster.core.topics import TopicConfig
+from matos_dagster.core.verify import EVERYTHING, FROM_MARK, Report, verify_topic
 from matos_dagster.resources import KafkaResource, SwiftResource
-from matos_dagster.store import Store
-from matos_dagster.topics import TopicConfig
-from matos_dagster.verify import EVERYTHING, FROM_MARK, Report, verify_topic
 
 
 class VerifyConfig(Config):

@@ -3,7 +3,7 @@
 `master` is either a Spark master (`local[*]`, `spark://host:7077`: the run process starts
 its own driver JVM, some seconds per run) or a Spark Connect server (`sc://host:15002`, as
 the local stack runs: the run is a thin client of a long-lived Spark, which saves that
-start on every run). The archive's tasks run the same way on both (spark_tasks.py).
+start on every run). The archive's tasks run the same way on both (core/spark/tasks.py).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ DEFAULT_CONF = {
     "spark.sql.session.timeZone": "UTC",
     "spark.python.worker.reuse": "true",
     # A run's own driver JVM only coordinates: every job of the project (archive, compaction,
-    # restore, monitor) runs its work in Python workers (spark_tasks.py), so the JVM holds
+    # restore, monitor) runs its work in Python workers (core/spark/tasks.py), so the JVM holds
     # Spark's classes and task results, about 100 MiB of heap in use. Spark's default heap
     # (1g, with G1's 40-50 MiB of collector tables and a 1/64-of-RAM initial heap) is memory
     # the run never needs; the serial collector starting at 64 MiB keeps the JVM about 50 MiB
@@ -36,7 +36,7 @@ DEFAULT_CONF = {
     "spark.driver.memory": "512m",
     # C1 only (no C2 JIT): a run's driver is a short-lived JVM doing per-job work, and most of its
     # CPU was the JIT compiling (W2's archive path: the JVM 0.9 of 4.3 CPU-us per record, 4-7x
-    # less with C1 alone, the tasks' CPU unchanged; bench/profile notes in README). A long-lived
+    # less with C1 alone, the tasks' CPU unchanged; `make bench` profiles). A long-lived
     # Spark Connect server (make run) does not get this: there C2 pays once.
     "spark.driver.defaultJavaOptions": "-XX:+UseSerialGC -Xms64m -XX:TieredStopAtLevel=1",
 }

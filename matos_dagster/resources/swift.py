@@ -7,7 +7,7 @@ import warnings
 from dagster import ConfigurableResource
 from pydantic import Field
 
-from matos_dagster.store import Store, SwiftParams
+from matos_dagster.core.swift.store import Store, SwiftParams
 
 
 class SwiftResource(ConfigurableResource):

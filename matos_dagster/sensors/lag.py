@@ -24,12 +24,12 @@ from dagster import (
     sensor,
 )
 
-from matos_dagster import heartbeat, policy, turns
-from matos_dagster.dead_runs import fail_dead_runs
+from matos_dagster.core.runs import heartbeat, policy, turns
+from matos_dagster.core.runs.policy import FAILED, IN_FLIGHT, MISSING, SUCCEEDED, Offsets, PartitionState
+from matos_dagster.core.topics import TopicConfig
 from matos_dagster.dagster_compat import RUN_KEY_TAG, SENSOR_NAME_TAG
-from matos_dagster.policy import FAILED, IN_FLIGHT, MISSING, SUCCEEDED, Offsets, PartitionState
+from matos_dagster.dead_runs import fail_dead_runs
 from matos_dagster.resources import KafkaResource
-from matos_dagster.topics import TopicConfig
 
 _FAILED = {DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
 

@@ -14,13 +14,13 @@ from typing import ClassVar
 
 import pytest
 from dagster import DagsterInstance, materialize
-
 from helpers import produce
-from matos_dagster.archive import archive_range
+
 from matos_dagster.assets.archive import archive_asset
-from matos_dagster.ranges import OffsetRange
+from matos_dagster.core.archive.range_run import archive_range
+from matos_dagster.core.offsets.ranges import OffsetRange
+from matos_dagster.core.topics import TopicConfig
 from matos_dagster.resources import KafkaResource
-from matos_dagster.topics import TopicConfig
 
 
 class CountingKafka(KafkaResource):

@@ -6,9 +6,9 @@ materialisation time); see `assets.archive.metadata`. Pure: an `Archived` made b
 
 from dagster import MetadataValue
 
-from matos_dagster.archive import Archived
 from matos_dagster.assets.archive import metadata
-from matos_dagster.ranges import OffsetRange
+from matos_dagster.core.archive.range_run import Archived
+from matos_dagster.core.offsets.ranges import OffsetRange
 
 R = OffsetRange("demo", 3, 1000, 1600)
 DOC = {"records": 598, "bytes": 51234, "record_bytes": 612352, "objects": [{"name": "a"}, {"name": "b"}],

@@ -6,14 +6,14 @@ import uuid
 
 import pytest
 from dagster import Definitions, instance_for_test
-
 from helpers import delete_records, produce
-from matos_dagster import layout
-from matos_dagster.archive import archive_range
+
 from matos_dagster.assets.archive import archive_asset
 from matos_dagster.assets.monitor import monitor_automation, monitor_check, monitor_job_name
-from matos_dagster.ranges import OffsetRange
-from matos_dagster.topics import TopicConfig
+from matos_dagster.core.archive.range_run import archive_range
+from matos_dagster.core.offsets.ranges import OffsetRange
+from matos_dagster.core.swift import layout
+from matos_dagster.core.topics import TopicConfig
 
 
 @pytest.fixture
@@ -98,7 +98,7 @@ def test_records_deleted_by_retention_before_archiving_are_an_error(kafka, swift
 def test_an_evaluation_lists_as_much_with_200_ranges_below_what_it_knows_as_with_20(
         kafka, swift, spark_resource, instance, new_topic, monkeypatch):
     """Issue 13.2: the first evaluation reads a partition once; later ones list from what it knew."""
-    from matos_dagster.store import Store
+    from matos_dagster.core.swift.store import Store
 
     listed = {"requests": 0, "names": 0}
     real = Store.list_page
@@ -154,7 +154,7 @@ def test_a_fresh_instances_first_evaluation_lists_from_the_archives_mark_as_much
         kafka, swift, spark_resource, instance, new_topic, monkeypatch):
     """Issue 13: a new DAGSTER_HOME (or old evaluations removed) reads the mark the last evaluation
     left in Swift, checks it, and lists from it; it judges as a full read does."""
-    from matos_dagster.store import Store
+    from matos_dagster.core.swift.store import Store
 
     listed = {"requests": 0, "names": 0}
     real = Store.list_page

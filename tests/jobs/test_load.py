@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from dagster import DagsterInstance
-
 from helpers import read_kafka
+
 from matos_dagster.jobs.load import load
 
 

@@ -11,21 +11,20 @@ import os
 import pytest
 from dagster import DagsterRunStatus, Definitions, Failure, instance_for_test, job, op
 from dagster._core.test_utils import create_run_for_test
-
 from helpers import produce, read_kafka
-from matos_dagster import layout
+from samples import archive_in_ranges, awkward_rows, config, fields, rows
+
 from matos_dagster.assets.archive import archive_asset
 from matos_dagster.assets.monitor import monitor_automation, monitor_check, monitor_job_name
+from matos_dagster.core.offsets.ranges import OffsetRange
+from matos_dagster.core.reader import read_table
+from matos_dagster.core.restore.plan import Request
+from matos_dagster.core.restore.run import restore
+from matos_dagster.core.runs.retention import Policy
+from matos_dagster.core.swift import layout
+from matos_dagster.core.verify import verify_topic
 from matos_dagster.dagster_compat import PARTITION_NAME_TAG, event_log_shard
 from matos_dagster.jobs.retention import delete_runs, retention_job
-from matos_dagster.ranges import OffsetRange
-from matos_dagster.reader import read_table
-from matos_dagster.restore import Request, restore
-from matos_dagster.retention import Policy
-from matos_dagster.verify import verify_topic
-from test_archive import awkward_rows
-from test_reader import archive_in_ranges, config, rows
-from test_restore import fields
 
 
 @pytest.fixture

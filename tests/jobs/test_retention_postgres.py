@@ -10,11 +10,11 @@ from __future__ import annotations
 import pytest
 from dagster import DagsterInstance, DagsterRunStatus
 from dagster._core.test_utils import create_run_for_test
-
-from matos_dagster.jobs.retention import delete_runs
-from matos_dagster.retention import Policy
 from pg_server import PRODUCTION_INSTANCE, environment, new_database, running_postgres
 from test_retention import failing, small
+
+from matos_dagster.core.runs.retention import Policy
+from matos_dagster.jobs.retention import delete_runs
 
 pytestmark = pytest.mark.timeout(600)
 

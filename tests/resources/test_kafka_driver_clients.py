@@ -3,7 +3,7 @@
 Pure: the Consumer class is replaced by a recorder, so no broker is needed.
 """
 
-from matos_dagster.resources import kafka as kafka_mod
+from matos_dagster.core.kafka import client as kafka_mod
 from matos_dagster.resources.kafka import KafkaResource
 
 

@@ -12,9 +12,10 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from matos_dev.stack.process import free_port
 
-from matos_dagster.resources.kafka import KafkaResource, KafkaUnavailable
-from matos_dagster.devstack.process import free_port
+from matos_dagster.core.kafka.errors import KafkaUnavailable
+from matos_dagster.resources.kafka import KafkaResource
 
 
 def kept(k: KafkaResource) -> dict:

@@ -11,10 +11,10 @@ import uuid
 import pytest
 from confluent_kafka.admin import NewTopic
 from dagster import DagsterInstance
-
 from helpers import read_kafka
+
+from matos_dagster.core.kafka.errors import KafkaUnavailable
 from matos_dagster.jobs.load import load
-from matos_dagster.resources.kafka import KafkaUnavailable
 
 
 def fresh_name() -> str:

@@ -12,10 +12,10 @@ import time
 import uuid
 
 import pytest
+from matos_dev.stack.process import free_port
 
-from matos_dagster.devstack.process import free_port
+from matos_dagster.core.kafka.errors import KafkaUnavailable
 from matos_dagster.resources import KafkaResource
-from matos_dagster.resources.kafka import KafkaUnavailable
 
 
 def fresh_name() -> str:

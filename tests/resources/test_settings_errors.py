@@ -7,11 +7,11 @@ import subprocess
 import sys
 
 import pytest
+from matos_dev.stack.process import free_port
 
-from matos_dagster.devstack.process import free_port
+from matos_dagster.core.kafka.errors import KafkaUnavailable
+from matos_dagster.core.swift.store import SwiftError
 from matos_dagster.resources import KafkaResource, SparkResource, SwiftResource
-from matos_dagster.resources.kafka import KafkaUnavailable
-from matos_dagster.store import SwiftError
 
 
 # "Does not hang" is the test's own timeout, far above the setting's few seconds and far below

@@ -11,13 +11,13 @@ from confluent_kafka.admin import NewPartitions
 from dagster import DagsterRunStatus, SkipReason, build_sensor_context, instance_for_test
 from dagster._core.storage.tags import RUN_KEY_TAG, SENSOR_NAME_TAG
 from dagster._core.test_utils import create_run_for_test
-
 from helpers import produce
+
 from matos_dagster.assets.archive import ranges_partitions
-from matos_dagster.policy import VANISHED_AFTER_MS
-from matos_dagster.ranges import OffsetRange
+from matos_dagster.core.offsets.ranges import OffsetRange
+from matos_dagster.core.runs.policy import VANISHED_AFTER_MS
+from matos_dagster.core.topics import TopicConfig
 from matos_dagster.sensors.lag import lag_sensor
-from matos_dagster.topics import TopicConfig
 
 
 @pytest.fixture
@@ -56,7 +56,7 @@ def topic_config(name: str, **kw) -> TopicConfig:
 
 
 def requested(result) -> list[tuple[OffsetRange, str]]:
-    from matos_dagster.ranges import parse_key
+    from matos_dagster.core.offsets.ranges import parse_key
 
     return [(parse_key(r.partition_key), r.run_key) for r in result.run_requests]
 

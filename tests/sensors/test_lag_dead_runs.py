@@ -11,14 +11,14 @@ import pytest
 from dagster import DagsterEventType, DagsterRunStatus, build_sensor_context, instance_for_test
 from dagster._core.storage.tags import PARTITION_NAME_TAG, RUN_KEY_TAG, SENSOR_NAME_TAG
 from dagster._core.test_utils import create_run_for_test
-
 from helpers import produce
+
 from matos_dagster.assets.archive import CLAIM_TAG, TOPIC_PARTITION_TAG, ranges_partitions, take_turn
+from matos_dagster.core.offsets.ranges import OffsetRange, parse_key
+from matos_dagster.core.runs.heartbeat import TAG, Thresholds
+from matos_dagster.core.topics import TopicConfig
 from matos_dagster.dead_runs import fail_dead_runs
-from matos_dagster.heartbeat import TAG, Thresholds
-from matos_dagster.ranges import OffsetRange, parse_key
 from matos_dagster.sensors.lag import lag_sensor
-from matos_dagster.topics import TopicConfig
 
 T = Thresholds(every_s=15, dead_after_s=90)
 

@@ -1,0 +1,66 @@
+"""Committing: the group's offset moves to the end of the contiguous archived prefix, never back.
+
+The one place that decides how far a partition counts as archived (ranges and acknowledged
+losses alike), used by the archive run, acknowledging a loss and adding pending ranges.
+No Dagster imports.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from matos_dagster.core.kafka.client import KafkaClient
+from matos_dagster.core.offsets import spans
+from matos_dagster.core.swift.archived import Entry, PartitionArchive
+from matos_dagster.core.swift.store import Store
+from matos_dagster.core.topics import TopicConfig
+
+
+def advance(kafka: KafkaClient, store: Store, prefix: str, topic: TopicConfig, partition: int, low: int) -> int | None:
+    """Commit the group's offset to the end of the contiguous archived prefix, never backwards.
+
+    The prefix is read from Swift from the committed offset on (`entries_from`), and only up
+    to its first hole: the history below the committed offset is never listed. Acknowledged
+    losses (loss.py) are entries too, so the prefix passes over them; nothing else can move
+    the offset past offsets that are not archived.
+
+    Kafka's commit is not compare-and-set: two runs finishing together could each commit the
+    end they computed, the smaller last. So after committing we read the offset back and
+    commit again if it is behind what Swift now shows; the archived prefix only grows.
+    """
+    archive = PartitionArchive(store, prefix, topic.name, partition)
+    for _ in range(5):
+        committed = kafka.committed(topic.name, [partition], topic.group)[partition]
+        # A group that never committed starts at the log start offset: offsets below it
+        # are gone and can never be archived by anyone.
+        base = committed if committed is not None else low
+        target = prefix_end(archive, base)
+        if committed is not None and target <= committed:
+            return committed
+        if committed is None and target <= base:
+            return None
+        kafka.commit(topic.name, {partition: target}, topic.group)
+    return kafka.committed(topic.name, [partition], topic.group)[partition]
+
+
+def prefix_end(archive: PartitionArchive, base: int) -> int:
+    """End of the contiguous run of entries (ranges and acknowledged losses) from `base`."""
+    return spans.contiguous_end((e.span for e in up_to_first_hole(archive.entries_from(base), base)), base)
+
+
+def unarchived(archive: PartitionArchive, start: int, end: int) -> list[tuple[int, int]]:
+    """The parts of `[start, end)` that no entry (range or acknowledged loss) holds, in order."""
+    return spans.uncovered([e.span for e in archive.overlapping(start, end)], start, end)
+
+
+def up_to_first_hole(entries: Iterator[Entry], base: int) -> Iterator[Entry]:
+    """The entries in offset order until the first offset at or above `base` that none holds.
+
+    Stops pulling there, so a lazy listing (`entries_from`) lists no further than the hole.
+    """
+    pos = base
+    for e in entries:
+        if e.start > pos:
+            return
+        pos = max(pos, e.end)
+        yield e

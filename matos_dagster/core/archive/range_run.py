@@ -1,0 +1,286 @@
+"""Archiving one offset range, exactly once: the protocol of docs/design.md, on the driver.
+
+1. validate the range against Kafka (topic, partition, log start and end offsets);
+2. run its slices as Spark tasks, each writing its own deterministically named objects;
+3. write the manifest last: only then is the range archived;
+4. commit the consumer group's offset, forward only, to the end of the contiguous
+   archived prefix, as Swift (not any local state) tells it;
+5. bring the topic's Iceberg table up to date (MATOS_ICEBERG_TABLES), once, however the
+   range came to be archived and committed.
+
+A crash between any two steps leaves nothing wrong: a retry rewrites the same objects, and
+the commit step recomputes its target from Swift. A range already archived (its manifest
+there, the group's offset at or past its end) is only verified against its manifest: nothing
+is rewritten and no Spark task runs. No Dagster imports: the asset is a thin shell around
+`archive_range`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from matos_dagster.core import faults
+from matos_dagster.core.archive import loss
+from matos_dagster.core.archive.commit import advance
+from matos_dagster.core.archive.slice_task import SliceJob, archive_slice
+from matos_dagster.core.iceberg.hooks import keep_table
+from matos_dagster.core.kafka.client import KafkaClient
+from matos_dagster.core.offsets.ranges import OffsetRange
+from matos_dagster.core.spark.tasks import run_tasks
+from matos_dagster.core.swift import layout, manifest
+from matos_dagster.core.swift.archived import LOSS, PartitionArchive
+from matos_dagster.core.swift.store import Store
+from matos_dagster.core.topics import SWIFT_MAX_NAME, TopicConfig
+
+log = logging.getLogger(__name__)
+
+
+class RangeRefused(ValueError):
+    """The range cannot be archived as asked; nothing was written."""
+
+
+class DataLoss(RuntimeError):
+    """Records of the range were deleted from Kafka before they were archived."""
+
+    def __init__(self, r: OffsetRange, lost_end: int, low: int, group: str | None):
+        self.range, self.lost = r, (r.start, lost_end)
+        super().__init__(
+            f"offsets [{r.start}, {lost_end}) of {r.topic}/{r.partition} were deleted from Kafka "
+            f"(log start offset is now {low}) before they were archived: those records are lost. "
+            f"To go on, acknowledge the loss (it is recorded in the archive and the group's offset "
+            f"moves past it): {loss.command(r.topic, r.partition)}"
+        )
+
+
+@dataclass
+class Archived:
+    range: OffsetRange
+    manifest_name: str
+    manifest: dict
+    verified_only: bool  # the existing archive was verified, nothing written (expired, or already archived)
+    committed_before: int | None
+    committed_after: int | None
+    duration_s: float
+    slices: int = 0
+    notes: list[str] = field(default_factory=list)
+    already_archived: bool = False  # its manifest was there (committed, or records expired): verified only
+    log_end: int | None = None  # the partition's log end offset when the run read it
+    reader: str = ""  # the slice reader that read the records written: native, python (a mix: both); "" if none
+
+    @property
+    def records_written(self) -> int:
+        return 0 if self.verified_only else self.manifest["records"]
+
+    @property
+    def records_per_s(self) -> float:
+        return self.records_written / self.duration_s if self.duration_s > 0 else 0.0
+
+
+def archive_range(
+    r: OffsetRange,
+    topic: TopicConfig,
+    kafka: KafkaClient,
+    store: Store,
+    spark: Any,
+    say: Callable[[str], None] = log.info,
+    checked: Checked | None = None,
+) -> Archived:
+    """Archive `r` (the steps above). `spark`: a session, or a function that makes one, called
+    only if Spark tasks are needed (a range already archived needs none). `checked`: what the
+    run learnt of the partition already (`check`, `in_turn`); None: Kafka is asked here."""
+    t0 = time.monotonic()
+    prefix = layout.join(store.params.prefix, topic.prefix)
+    done = _archive(r, topic, kafka, store, spark, say, checked, prefix)
+    # The Iceberg step, here only, whichever way the range ended archived and committed (written
+    # now; found archived and committed; its records expired from Kafka and the archive verified):
+    # this range and any a crashed run left out, one commit; a rerun of a range whose run died
+    # before its table commit repairs the table (a no-op when it is there). A range refused
+    # (RangeRefused, DataLoss) or a failed step raised in `_archive`: no table step.
+    done.notes += keep_table(store, prefix, topic, r.partition, say)
+    faults.at("after-table")
+    done.duration_s = time.monotonic() - t0  # the whole run's, the table step included
+    return done
+
+
+def _archive(r: OffsetRange, topic: TopicConfig, kafka: KafkaClient, store: Store, spark: Any,
+             say: Callable[[str], None], checked: Checked | None, prefix: str) -> Archived:
+    """Steps 1-4 of `archive_range`: the range archived and the group's offset committed, or found
+    archived and only verified. Its `duration_s` is left to `archive_range`, which times the table
+    step too."""
+    if r.topic != topic.name:
+        raise RangeRefused(f"range {r} is not of topic {topic.name!r}")
+    longest = max(len(layout.object_name(layout.range_dir(prefix, r), r.start, topic.format).encode()),
+                  len(layout.manifest_name(prefix, r).encode()))
+    if longest > SWIFT_MAX_NAME:
+        raise RangeRefused(
+            f"the object names of {r} would be {longest} bytes long, above Swift's limit of {SWIFT_MAX_NAME} "
+            "(max_object_name_length): shorten MATOS_SWIFT_PREFIX or the topic's prefix"
+        )
+    if checked is None:
+        kafka.check_partition(r.topic, r.partition)
+    low, high = kafka.watermarks(r.topic, [r.partition])[r.partition]
+    if r.end > high:
+        raise RangeRefused(
+            f"range {r} ends past the log end offset {high} of {r.topic}/{r.partition}: "
+            f"nothing can be archived beyond {high} yet"
+        )
+    name = layout.manifest_name(prefix, r)
+    existing = store.get_json(name)
+    if checked is None:
+        committed_before = kafka.committed(r.topic, [r.partition], topic.group)[r.partition]
+    else:
+        committed_before = checked.committed
+
+    # Before the loss check: a range over an acknowledged loss is refused for that, not re-reported.
+    _refuse_overlaps(PartitionArchive(store, prefix, r.topic, r.partition), r)
+    if archived_and_committed(existing, r, topic, committed_before):
+        # Typically a run that waited for another run of its partition, which archived this
+        # very range: the archive is checked, not rewritten. An object found missing or
+        # different is rewritten below, if Kafka still has its records.
+        try:
+            verify(store, existing)
+        except manifest.ManifestError as e:
+            say(f"{r}: archived already, but {e}; archiving it again")
+        else:
+            say(f"{r}: already archived (manifest there, offset committed at {committed_before}); "
+                f"its {len(existing['objects'])} object(s) were verified against the manifest, nothing rewritten")
+            return Archived(r, name, existing, True, committed_before, committed_before, 0.0,
+                            already_archived=True, log_end=high)
+    if r.start < low:
+        if existing is None:
+            raise DataLoss(r, min(low, r.end), low, topic.group)
+        verify(store, existing)
+        say(f"{r}: records expired from Kafka; the archived range was verified against its manifest")
+        after = advance(kafka, store, prefix, topic, r.partition, low)
+        return Archived(r, name, existing, True, committed_before, after, 0.0, already_archived=True, log_end=high)
+
+    slices = r.slices(topic.slice_records)
+    jobs = [
+        SliceJob(
+            slice=s,
+            directory=layout.range_dir(prefix, r),
+            kafka_conf=kafka.client_config(),
+            group=topic.group,
+            swift=store.params,
+            format=topic.format,
+            object_bytes=topic.object_bytes,
+            max_record_bytes=topic.max_record_bytes,
+        )
+        for s in slices
+    ]
+    say(f"{r}: archiving in {len(jobs)} Spark task(s) of up to {topic.slice_records} offsets")
+    session = spark() if callable(spark) else spark
+    # The Spark job is the run's long wait: the driver's kept Kafka clients are closed for it (an
+    # idle one whose broker went away, say in a rolling restart, retries its connection every 12
+    # ms, a log line each), and the questions after it make new ones.
+    kafka.release_clients()
+    objects = [o for written in run_tasks(session, archive_slice, jobs, f"archive {r}") for o in written]
+    reader = ", ".join(sorted({o.pop("reader") for o in objects if "reader" in o}))
+    if reader:
+        say(f"{r}: records read by the {reader} slice reader (MATOS_NATIVE_READER=false turns the native one off)")
+    faults.at("after-objects")
+
+    doc = manifest.build(r, topic.format, objects)
+    store.put_json(name, doc)
+    faults.at("after-manifest")
+    notes = _remove_strays(store, layout.range_dir(prefix, r), doc)
+    after = advance(kafka, store, prefix, topic, r.partition, low)
+    faults.at("after-commit")
+    return Archived(r, name, doc, False, committed_before, after, 0.0, len(jobs), notes, log_end=high, reader=reader)
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What a run already asked Kafka about its partition, so that `archive_range` does not ask again.
+
+    The partition exists, and `committed` is the group's committed offset as the run last read it
+    (`check`) or as its previous `archive_range` on the partition left it (`committed_after`: read
+    back from Kafka by `advance`, or unchanged). The run holds its partition's turn (turns.py), so
+    no other archive run moves that offset meanwhile.
+    """
+
+    committed: int | None
+
+
+def check(kafka: KafkaClient, r: OffsetRange, group: str | None) -> Checked:
+    """Check `r`'s partition, then read the group's committed offset: once a run, not once a range."""
+    # The partition first: an unknown topic or partition, or a broker that does not answer, is
+    # then named for what it is, not as a failed offset lookup (tests/end_to_end/test_bad_input.py).
+    kafka.check_partition(r.topic, r.partition)
+    return Checked(kafka.committed(r.topic, [r.partition], group)[r.partition])
+
+
+def in_turn(topic: TopicConfig, kafka: KafkaClient, store: Store, spark: Any, checked: Checked,
+            say: Callable[[str], None] = log.info) -> Callable[[OffsetRange], Archived]:
+    """`archive_range` for the ranges a run archives one after another in its partition's turn
+    (those below its own first, offset_order.py, then its own), from one `check`.
+
+    Each call starts from the committed offset the call before left, so a run asks Kafka for the
+    partition and the offset once, not once per range (on loopback a check_partition takes about
+    60 ms, a committed about 30: medians of 15 at load 1-3). A refused range
+    (RangeRefused, DataLoss) raises before any commit: the offset it started from still holds.
+    """
+    known = checked
+
+    def archive(r: OffsetRange) -> Archived:
+        nonlocal known
+        done = archive_range(r, topic, kafka, store, spark, say, checked=known)
+        known = Checked(done.committed_after)
+        return done
+
+    return archive
+
+
+def archived_and_committed(existing: dict | None, r: OffsetRange, topic: TopicConfig, committed: int | None) -> bool:
+    """The manifest there is the one this run would write (its range, its format), and the
+    group's offset is at or past its end: the range is archived and committed, nothing to write."""
+    return (
+        isinstance(existing, dict)
+        and committed is not None
+        and committed >= r.end
+        and existing.get("format") == topic.format
+        and (existing.get("topic"), existing.get("partition"), existing.get("start"), existing.get("end"))
+        == (r.topic, r.partition, r.start, r.end)
+    )
+
+
+
+def verify(store: Store, doc: dict) -> None:
+    """The manifest is one (typed, checked), and every object of it is in Swift with its size and md5."""
+    for o in manifest.Manifest.from_json(doc).objects:
+        found = store.head(o.name)
+        if found is None:
+            raise manifest.ManifestError(f"object {o.name} of the manifest is missing from Swift")
+        if found["bytes"] != o.bytes or found["md5"] != o.md5:
+            raise manifest.ManifestError(
+                f"object {o.name} in Swift has {found['bytes']} bytes, md5 {found['md5']}; "
+                f"the manifest says {o.bytes} bytes, md5 {o.md5}"
+            )
+
+
+def _refuse_overlaps(archive: PartitionArchive, r: OffsetRange) -> None:
+    for e in archive.overlapping(r.start, r.end):
+        if e.kind == LOSS:
+            raise RangeRefused(
+                f"range {r} overlaps [{e.start}, {e.end}), acknowledged as lost (its {layout.LOSS}): those "
+                "records were deleted from Kafka. Archive the offsets outside it instead."
+            )
+        if e.span != (r.start, r.end):
+            raise RangeRefused(
+                f"range {r} overlaps the archived range [{e.start}, {e.end}): every offset must be in exactly "
+                "one manifest. Archive the offsets outside it instead."
+            )
+
+
+def _remove_strays(store: Store, directory: str, doc: dict) -> list[str]:
+    """Delete objects of an earlier attempt with other settings, which the manifest does not list."""
+    keep = {o["name"] for o in doc["objects"]} | {layout.join(directory, layout.MANIFEST)}
+    removed = []
+    for item in store.list(directory + "/"):
+        if item.get("name") and item["name"] not in keep:
+            store.delete(item["name"])
+            removed.append(item["name"])
+    return [f"removed {n}: left by an earlier attempt, not in the manifest" for n in removed]

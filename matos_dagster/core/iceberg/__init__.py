@@ -1,0 +1,1 @@
+"""The archive as an Apache Iceberg table: planning its steps, keeping it, querying it."""

@@ -1,0 +1,353 @@
+"""Reading the archive back: as one Arrow table, or as a Spark DataFrame read by executors.
+
+    from matos_dagster.core.reader import read_table
+    table = read_table(store, "kafka", "orders", partitions=[3], start=1000, end=2000)
+    table = read_table(params, "kafka", "orders", since_ms=1767225600000, until_ms=1767229200000)
+
+Selection is the intersection of: `partitions` (None: every archived partition), the offset
+window `[start, end)` (None: open) and the time window `[since_ms, until_ms)` of Kafka
+timestamps in milliseconds (None: open; a record without a timestamp never falls in a time
+window). Only what can hold selected records is fetched: range folders are chosen by the
+offsets in their names, manifests by their offsets and min/max timestamps, objects by
+theirs; rows are then filtered exactly. A range without a manifest is not archived and is
+never read, whatever objects its folder holds; an acknowledged loss holds no records and is
+skipped with a note (an `AcknowledgedLoss` warning, or `say`).
+
+Planning is bounded (archived.py): an offset window lists entries from its start to its end,
+and a time window finds its first range by a binary search over offsets (O(log offsets)
+listings and manifests), whatever the history below. That search is exact when timestamps
+do not decrease with offsets, as Kafka's `offsetsForTimes` assumes; for producers that
+stamp records out of order, `scan_all=True` reads every manifest of the offset window.
+
+`prefix` is everything in front of `topic=<topic>/`: MATOS_SWIFT_PREFIX, joined with the
+topic's own `prefix` from the topics file if it has one (e.g. "kafka").
+
+No Dagster imports.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from matos_dagster.core.offsets.ranges import OFFSET_WIDTH
+from matos_dagster.core.records.objects import decode
+from matos_dagster.core.records.schema import SCHEMA
+from matos_dagster.core.spark.tasks import item_frame
+from matos_dagster.core.swift.archived import LOSS, RANGE, Entry, PartitionArchive, archived_partitions
+from matos_dagster.core.swift.store import Store, SwiftParams
+
+
+class AcknowledgedLoss(UserWarning):
+    """A read met offsets recorded as lost: they hold no records (warned unless `say` is given)."""
+
+
+@dataclass(frozen=True)
+class Window:
+    """Offsets `[start, end)` of one partition, and a time window; None is open."""
+
+    partition: int
+    start: int | None = None
+    end: int | None = None
+    since_ms: int | None = None
+    until_ms: int | None = None
+
+    def overlaps_offsets(self, lo: int, hi: int) -> bool:
+        """Whether `[lo, hi)` shares an offset with the window."""
+        return (self.start is None or hi > self.start) and (self.end is None or lo < self.end)
+
+    def overlaps_times(self, min_ts: int | None, max_ts: int | None) -> bool:
+        """Whether records stamped within [min_ts, max_ts] may fall in the time window."""
+        if self.since_ms is None and self.until_ms is None:
+            return True
+        if min_ts is None or max_ts is None:  # no record with a timestamp
+            return False
+        return (self.since_ms is None or max_ts >= self.since_ms) and (self.until_ms is None or min_ts < self.until_ms)
+
+    def clip(self, lo: int, hi: int) -> tuple[int, int]:
+        """`[lo, hi)` narrowed to the window's offsets."""
+        return (lo if self.start is None else max(lo, self.start), hi if self.end is None else min(hi, self.end))
+
+
+def windows_for(
+    store: Store,
+    prefix: str,
+    topic: str,
+    partitions_: Iterable[int] | None = None,
+    start: int | None = None,
+    end: int | None = None,
+    since_ms: int | None = None,
+    until_ms: int | None = None,
+) -> list[Window]:
+    """One window per selected partition (every archived partition when None)."""
+    chosen = archived_partitions(store, prefix, topic) if partitions_ is None else sorted(set(partitions_))
+    return [Window(p, start, end, since_ms, until_ms) for p in chosen]
+
+
+@dataclass
+class Selection:
+    """What a read takes from the archive: manifests to read, and what it passed over."""
+
+    manifests: list[dict] = field(default_factory=list)  # sorted by partition and start
+    notes: list[str] = field(default_factory=list)  # acknowledged losses met in the windows
+
+
+def find_manifests(store: Store, prefix: str, topic: str, windows: Iterable[Window], scan_all: bool = False) -> Selection:
+    """The manifests that may hold records of the windows, found with bounded listings.
+
+    An offset window lists the entries from its start and stops at its end. A time window
+    finds its first range by a binary search over offsets, reading the min/max timestamps
+    of O(log offsets) manifests, then reads manifests forward until one starts at or after
+    its end. That is exact when timestamps do not decrease with offsets (as Kafka's own
+    `offsetsForTimes` assumes); `scan_all` reads every manifest of the offset window
+    instead, for topics whose producers set timestamps out of order. Acknowledged losses
+    in a window hold no records: they are skipped, with a note.
+    """
+    by_partition: dict[int, list[Window]] = {}
+    for w in windows:
+        by_partition.setdefault(w.partition, []).append(w)
+    out = Selection()
+    for p, ws in sorted(by_partition.items()):
+        archive = PartitionArchive(store, prefix, topic, p)
+        docs: dict[int, dict] = {}
+        for w in ws:
+            for doc in _window_manifests(archive, w, scan_all, out.notes):
+                docs.setdefault(doc["start"], doc)
+        out.manifests += [d for _, d in sorted(docs.items())]
+    return out
+
+
+def _window_manifests(archive: PartitionArchive, w: Window, scan_all: bool, notes: list[str]) -> Iterator[dict]:
+    timed = w.since_ms is not None or w.until_ms is not None
+    begin = w.start or 0
+    if timed and not scan_all and w.since_ms is not None:
+        first = _first_stamped_at_or_after(archive, w.since_ms, begin)
+        if first is None:
+            return
+        begin = max(begin, first.start)
+    entries = archive.all() if begin == 0 and w.start is None else archive.entries_from(begin)
+    for e in entries:
+        if w.end is not None and e.start >= w.end:
+            return
+        if e.kind == LOSS:
+            notes.append(f"{archive.topic}/{archive.partition}[{e.start}, {e.end}): an acknowledged loss "
+                         f"({e.end - e.start} offsets deleted from Kafka before they were archived): no records "
+                         "to read there, skipped")
+            continue
+        doc = archive.read(e)
+        if doc is None:  # removed since it was listed
+            continue
+        lo_ts, hi_ts = doc.get("min_timestamp"), doc.get("max_timestamp")
+        if w.overlaps_offsets(e.start, e.end) and w.overlaps_times(lo_ts, hi_ts):
+            yield doc
+        elif timed and not scan_all and w.until_ms is not None and lo_ts is not None and lo_ts >= w.until_ms:
+            return  # timestamps do not decrease with offsets: every later range is later still
+
+
+def _first_stamped_at_or_after(archive: PartitionArchive, since_ms: int, lo: int) -> Entry | None:
+    """The first range from offset `lo` whose records may be stamped at or after `since_ms`.
+
+    A binary search over offsets: `entry_at_or_after(x)` is one small listing, and whether
+    its range's newest record is stamped before `since_ms` only changes once along the
+    offsets when timestamps do not decrease with them.
+    """
+    cache: dict[int, tuple[Entry | None, dict | None]] = {}
+
+    def probe(x: int) -> Entry | None:
+        """The first range at or after `x` with timestamps, or None; and whether it qualifies."""
+        e = archive.entry_at_or_after(x)
+        while e is not None:
+            if e.start not in cache:
+                cache[e.start] = (e, archive.read(e) if e.kind == RANGE else None)
+            doc = cache[e.start][1]
+            if doc is not None and doc.get("max_timestamp") is not None:
+                return e
+            e = archive.entry_at_or_after(e.end)  # a loss, or a range of unstamped records: the next
+        return None
+
+    def qualifies(x: int) -> bool:
+        e = probe(x)
+        return e is None or cache[e.start][1]["max_timestamp"] >= since_ms
+
+    below = archive.last_before(lo)  # a range covering `lo` part-way comes first
+    if below is not None and below.end > lo:
+        lo = below.start
+    if qualifies(lo):
+        return probe(lo)
+    last = archive.last_before(_AFTER_ALL)
+    hi = lo + 1 if last is None else max(lo + 1, last.end)
+    # qualifies(lo) is False, qualifies(hi) is True (no range at or after the last one's end)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if qualifies(mid):
+            hi = mid
+        else:
+            lo = mid
+    return probe(hi)
+
+
+_AFTER_ALL = 10**OFFSET_WIDTH - 1  # sorts after every range folder
+
+
+def needed_objects(doc: dict, window: Window, lo: int | None = None, hi: int | None = None) -> list[dict]:
+    """The objects of a manifest that may hold records of the window (within `[lo, hi)` too)."""
+    out = []
+    for o in doc["objects"]:
+        first, last = o["first_offset"], o["last_offset"]
+        if not window.overlaps_offsets(first, last + 1):
+            continue
+        if (lo is not None and last < lo) or (hi is not None and first >= hi):
+            continue
+        if window.overlaps_times(o["min_timestamp"], o["max_timestamp"]):
+            out.append(o)
+    return out
+
+
+def filter_rows(table: pa.Table, window: Window, lo: int | None = None, hi: int | None = None) -> pa.Table:
+    """The rows of `table` inside the window (and `[lo, hi)`), exactly."""
+    conds = []
+    offset = table["offset"]
+    for bound, op in ((window.start, pc.greater_equal), (lo, pc.greater_equal), (window.end, pc.less), (hi, pc.less)):
+        if bound is not None:
+            conds.append(op(offset, pa.scalar(bound, pa.int64())))
+    ts = pc.cast(table["timestamp"], pa.int64())
+    if window.since_ms is not None:
+        conds.append(pc.greater_equal(ts, pa.scalar(window.since_ms, pa.int64())))
+    if window.until_ms is not None:
+        conds.append(pc.less(ts, pa.scalar(window.until_ms, pa.int64())))
+    if not conds:
+        return table
+    mask = conds[0]
+    for c in conds[1:]:
+        mask = pc.and_(mask, c)
+    # A null timestamp compares as null: fill_null drops those rows from a time window.
+    return table.filter(pc.fill_null(mask, False))
+
+
+def read_object(store: Store, name: str, fmt: str) -> pa.Table:
+    data = store.get(name)
+    if data is None:
+        raise FileNotFoundError(
+            f"object {name} is listed in a manifest but missing from Swift container {store.container!r}: the "
+            "archive is damaged there (`matos audit --all` lists every such object)"
+        )
+    return decode(data, fmt)
+
+
+def read_table(
+    store_or_params: Store | SwiftParams,
+    prefix: str,
+    topic: str,
+    partitions: Iterable[int] | None = None,
+    start: int | None = None,
+    end: int | None = None,
+    since_ms: int | None = None,
+    until_ms: int | None = None,
+    scan_all: bool = False,
+    say: Callable[[str], None] | None = None,
+) -> pa.Table:
+    """The selected archived records as one Arrow table (`SCHEMA`), sorted by partition, offset.
+
+    Reads on this process: for what fits in memory. For more, use `read_dataframe`. `scan_all`
+    and `say` (where notes on acknowledged losses go; default: an `AcknowledgedLoss` warning):
+    see `find_manifests`.
+    """
+    store, own = _store(store_or_params)
+    try:
+        windows = windows_for(store, prefix, topic, partitions, start, end, since_ms, until_ms)
+        by_partition = {w.partition: w for w in windows}
+        tables = []
+        for doc in _selected(store, prefix, topic, windows, scan_all, say):
+            w = by_partition[doc["partition"]]
+            for o in needed_objects(doc, w):
+                tables.append(filter_rows(read_object(store, o["name"], doc["format"]), w))
+    finally:
+        if own:
+            store.close()
+    if not tables:
+        return SCHEMA.empty_table()
+    return pa.concat_tables(tables).sort_by([("partition", "ascending"), ("offset", "ascending")])
+
+
+# -- Spark -------------------------------------------------------------------------------
+
+SPARK_DDL = (
+    "topic string, partition int, offset bigint, timestamp timestamp, timestamp_type string, "
+    "key binary, value binary, headers array<struct<key: string, value: binary>>"
+)
+# The archive's Arrow schema as Spark takes it in: Spark timestamps are microseconds.
+SPARK_SCHEMA = SCHEMA.set(
+    SCHEMA.get_field_index("timestamp"), pa.field("timestamp", pa.timestamp("us", tz="UTC")))
+
+
+@dataclass(frozen=True)
+class ObjectTask:
+    """One object for one Spark task to fetch and filter; travels inside the task closure."""
+
+    name: str
+    format: str
+    window: Window
+    swift: SwiftParams
+
+
+def read_dataframe(
+    spark: Any,
+    params: SwiftParams,
+    prefix: str,
+    topic: str,
+    partitions: Iterable[int] | None = None,
+    start: int | None = None,
+    end: int | None = None,
+    since_ms: int | None = None,
+    until_ms: int | None = None,
+    scan_all: bool = False,
+    say: Callable[[str], None] | None = None,
+) -> Any:
+    """The selected archived records as a Spark DataFrame read by executors, one task an object.
+
+    The driver reads only listings and manifests; each task opens its own Swift connection
+    (`params` travels in the task closure, never in Spark settings), fetches its object into
+    memory and yields its filtered rows: nothing passes through the driver or a local disk.
+    Spark partitions follow the objects in partition, offset order, so the rows of `collect()`
+    are in that order too; anything that shuffles (joins, `groupBy`) needs its own `orderBy`.
+    Timestamps are Spark timestamps (UTC).
+    """
+    with Store(params) as store:
+        windows = windows_for(store, prefix, topic, partitions, start, end, since_ms, until_ms)
+        by_partition = {w.partition: w for w in windows}
+        tasks = [
+            ObjectTask(o["name"], doc["format"], by_partition[doc["partition"]], params)
+            for doc in _selected(store, prefix, topic, windows, scan_all, say)
+            for o in needed_objects(doc, by_partition[doc["partition"]])
+        ]
+    if not tasks:
+        return spark.createDataFrame([], SPARK_DDL)
+    return item_frame(spark, tasks, _object_batches, SPARK_DDL)
+
+
+def _object_batches(task: ObjectTask) -> Iterator[pa.RecordBatch]:
+    """Runs on an executor: the selected rows of one object, typed as SPARK_DDL says."""
+    with Store(task.swift) as store:
+        table = filter_rows(read_object(store, task.name, task.format), task.window)
+    yield from table.cast(SPARK_SCHEMA).to_batches()
+
+
+def _selected(store: Store, prefix: str, topic: str, windows: list[Window], scan_all: bool,
+              say: Callable[[str], None] | None) -> list[dict]:
+    found = find_manifests(store, prefix, topic, windows, scan_all)
+    for note in found.notes:
+        if say is None:
+            warnings.warn(note, AcknowledgedLoss, stacklevel=3)
+        else:
+            say(note)
+    return found.manifests
+
+
+def _store(store_or_params: Store | SwiftParams) -> tuple[Store, bool]:
+    if isinstance(store_or_params, Store):
+        return store_or_params, False
+    return Store(store_or_params), True

@@ -1,0 +1,180 @@
+"""Kafka records gathered into Arrow record batches (`SCHEMA`) as they are read: `Batch`.
+
+The slice task adds records one by one (the Python reader) or in Arrow chunks (the native
+reader); every `chunk_bytes` of records the gathered columns become one record batch, built
+from buffers in C. Given the object's format, each chunk goes straight into the object's
+`ObjectWriter` (objects.py), so a task holds one chunk of rows and the encoded object, never
+the whole object's rows twice. No Dagster imports.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from matos_dagster.core.records import arrays as arrow_arrays
+from matos_dagster.core.records.objects import ObjectWriter
+from matos_dagster.core.records.schema import HEADER, HEADERS, SCHEMA, TIMESTAMP_TYPES
+
+# Timestamp type names by confluent-kafka's number, for `Array.take`. Built from buffers, as
+# everything a task runs here (arrow_arrays: `pa.array` would import pandas into every worker).
+_TYPE_NAMES = arrow_arrays.strings([TIMESTAMP_TYPES[i] for i in range(len(TIMESTAMP_TYPES))])
+
+
+class Batch:
+    """Records gathered column by column until they are written out as one object.
+
+    `add` runs once per record, so it only appends: headers go to one flat list (with the
+    index where each record's end), and timestamp types stay numbers. Every `chunk_bytes` of
+    records those lists become one Arrow record batch, built in C, and are emptied: Python
+    objects per record (about 180 bytes each beyond the data) are held for one chunk only.
+    Given `fmt`, each chunk goes straight into the object's `ObjectWriter` (encoded, then
+    released), so a task holds one chunk of rows and the encoded object, not the object's
+    rows; without it the chunks are kept for `table()`. The written bytes do not depend on
+    the chunking (`ObjectWriter` cuts row groups by the records themselves).
+    """
+
+    def __init__(self, topic: str, partition: int, chunk_bytes: int = 4 * 1024**2, fmt: str | None = None):
+        self.topic = topic
+        self.partition = partition
+        self.chunk_bytes = chunk_bytes
+        self._chunks: list[pa.RecordBatch] = []
+        self._writer = ObjectWriter(fmt) if fmt is not None else None
+        self._rows = 0  # rows in the chunks
+        self._new_lists()
+        self.nbytes = 0
+        self._chunk_start_nbytes = 0
+        self.largest = 0  # the largest record's size (a restore checks it against the target)
+        self.first_offset: int | None = None
+        self.last_offset: int | None = None
+        self.min_timestamp: int | None = None
+        self.max_timestamp: int | None = None
+
+    def _new_lists(self) -> None:
+        self.offsets: list[int] = []
+        self.timestamps: list[int | None] = []
+        self.timestamp_types: list[int] = []  # confluent-kafka's numbers, named in _seal()
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes | None] = []
+        self.header_pairs: list[tuple[str, bytes | None]] = []
+        self.header_ends: list[int] = []  # record i's headers end at header_pairs[header_ends[i]]
+
+    def __len__(self) -> int:
+        return self._rows + len(self.offsets)
+
+    def add(self, offset: int, ts_type: int, ts: int, key, value, headers, size: int) -> None:
+        self.offsets.append(offset)
+        self.timestamps.append(ts if ts_type else None)
+        self.timestamp_types.append(ts_type)
+        self.keys.append(key)
+        self.values.append(value)
+        if headers:
+            self.header_pairs.extend(headers)
+        self.header_ends.append(len(self.header_pairs))
+        self.nbytes += size
+        if size > self.largest:
+            self.largest = size
+        if self.nbytes - self._chunk_start_nbytes >= self.chunk_bytes:
+            self._seal()
+
+    def _seal(self) -> None:
+        """Turn the records gathered in Python lists into one Arrow record batch."""
+        n = len(self.offsets)
+        if not n:
+            return
+        if self.first_offset is None:
+            self.first_offset = self.offsets[0]
+        self.last_offset = self.offsets[-1]
+        known = [t for t in self.timestamps if t is not None]
+        if known:
+            lo, hi = min(known), max(known)
+            self.min_timestamp = lo if self.min_timestamp is None else min(self.min_timestamp, lo)
+            self.max_timestamp = hi if self.max_timestamp is None else max(self.max_timestamp, hi)
+        # Arrays built from buffers (arrow_arrays), not by `pa.array`, which imports pandas.
+        types = self.timestamp_types
+        if set(types) <= set(range(len(TIMESTAMP_TYPES))):
+            type_names = _TYPE_NAMES.take(arrow_arrays.numbers(types, pa.int8()))
+        else:  # a number this code does not know
+            type_names = arrow_arrays.strings([TIMESTAMP_TYPES.get(t, "NotAvailable") for t in types])
+        header_keys, header_values = zip(*self.header_pairs) if self.header_pairs else ((), ())
+        headers = pa.ListArray.from_arrays(
+            arrow_arrays.numbers([0, *self.header_ends], pa.int32()),
+            pa.StructArray.from_arrays(
+                [arrow_arrays.strings(header_keys), arrow_arrays.binaries(header_values)], fields=list(HEADER)
+            ),
+            type=HEADERS,
+        )
+        chunk = pa.RecordBatch.from_arrays(
+            [
+                arrow_arrays.strings([self.topic]).take(arrow_arrays.numbers(np.zeros(n, np.int32), pa.int32())),
+                arrow_arrays.numbers(np.full(n, self.partition), pa.int32()),
+                arrow_arrays.numbers(self.offsets, pa.int64()),
+                arrow_arrays.optional_numbers(self.timestamps, pa.int64()).cast(pa.timestamp("ms", tz="UTC")),
+                type_names,
+                arrow_arrays.binaries(self.keys),
+                arrow_arrays.binaries(self.values),
+                headers,
+            ],
+            schema=SCHEMA,
+        )
+        if self._writer is not None:
+            self._writer.write(chunk)
+        else:
+            self._chunks.append(chunk)
+        del chunk
+        self._rows += n
+        self._chunk_start_nbytes = self.nbytes
+        self._new_lists()
+
+    def add_chunk(self, chunk: pa.RecordBatch, nbytes: int, largest: int, first_offset: int, last_offset: int,
+                  min_timestamp: int | None, max_timestamp: int | None) -> None:
+        """Records already in Arrow (the native reader's chunk), taken as `_seal` takes its own."""
+        self._seal()
+        if self.first_offset is None:
+            self.first_offset = first_offset
+        self.last_offset = last_offset
+        if min_timestamp is not None:
+            self.min_timestamp = min_timestamp if self.min_timestamp is None else min(self.min_timestamp, min_timestamp)
+            self.max_timestamp = max_timestamp if self.max_timestamp is None else max(self.max_timestamp, max_timestamp)
+        if self._writer is not None:
+            self._writer.write(chunk)
+        else:
+            self._chunks.append(chunk)
+        self._rows += chunk.num_rows
+        self.nbytes += nbytes
+        self.largest = max(self.largest, largest)
+        self._chunk_start_nbytes = self.nbytes
+
+    def writer(self, fmt: str) -> "ObjectWriter":
+        """The batch's records in an `ObjectWriter` of `fmt`, ready to `finish` (kept chunks are
+        written and released one by one)."""
+        self._seal()
+        if self._writer is None:
+            self._writer = ObjectWriter(fmt)
+        elif self._writer.fmt != fmt:
+            raise ValueError(f"this batch is being written as {self._writer.fmt}, not {fmt}")
+        while self._chunks:
+            self._writer.write(self._chunks.pop(0))
+        return self._writer
+
+    def table(self) -> pa.Table:
+        """The records as one table of contiguous arrays (the chunks are released)."""
+        if self._writer is not None:
+            raise ValueError("this batch's records went into its ObjectWriter as they came; there is no table")
+        self._seal()
+        chunks, self._chunks = self._chunks, []
+        table = pa.Table.from_batches(chunks, schema=SCHEMA)
+        del chunks
+        # One contiguous copy: Parquet's bytes depend on how a column is chunked, and these
+        # must be the bytes one build of the whole object gives (a retry rewrites them exactly).
+        return table.combine_chunks()
+
+    def stats(self) -> dict:
+        self._seal()
+        return {
+            "records": len(self),
+            "first_offset": self.first_offset,
+            "last_offset": self.last_offset,
+            "min_timestamp": self.min_timestamp,
+            "max_timestamp": self.max_timestamp,
+        }

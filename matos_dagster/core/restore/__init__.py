@@ -1,0 +1,1 @@
+"""Restore: archived records produced back into Kafka, byte-exact, exactly once per object."""

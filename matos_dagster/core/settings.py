@@ -1,0 +1,352 @@
+"""Every setting of the project: its `MATOS_` environment variable, default, kind and meaning.
+
+One table, the only source: the configuration reference in the documentation is generated
+from it (`python -m matos_dagster.core.settings`), and a test fails when the two differ or when
+the code reads a `MATOS_` variable that is not here. Each setting's kind checks its value
+before anything touches the network, so a bad one is refused in one line naming it. The
+defaults point at the local stack, so `dg dev` runs with no configuration at all. No Dagster
+imports: Spark workers and the local stack read this too.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]  # matos_dagster/core/settings.py
+
+PRODUCT, LOCAL_STACK = "product", "local stack"
+
+
+class SettingError(ValueError):
+    """A setting whose value its kind refuses; the message names the setting and what it takes."""
+
+
+# -- kinds: what a value may be, said the way the refusal says it --------------------------------
+
+
+@dataclass(frozen=True)
+class Text:
+    takes: str = "text"
+
+    def check(self, value: str) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class Whole:
+    """A whole number of at least `least` (seconds, counts, ports)."""
+    least: int = 1
+    most: int | None = None
+    unit: str = ""
+
+    @property
+    def takes(self) -> str:
+        top = f" to {self.most}" if self.most is not None else ""
+        return f"a whole number{f' of {self.unit}' if self.unit else ''}, {self.least}{top if top else ' or more'}"
+
+    def check(self, value: str) -> None:
+        if not re.fullmatch(r"\s*\d+\s*", value) or int(value) < self.least or (
+                self.most is not None and int(value) > self.most):
+            raise ValueError
+
+
+@dataclass(frozen=True)
+class Number:
+    least: float = 0
+    unit: str = ""
+
+    @property
+    def takes(self) -> str:
+        return f"a number{f' of {self.unit}' if self.unit else ''}, {self.least:g} or more"
+
+    def check(self, value: str) -> None:
+        try:
+            number = float(value)
+        except ValueError:
+            raise ValueError from None
+        if not number >= self.least:  # also refuses nan
+            raise ValueError
+
+
+@dataclass(frozen=True)
+class Choice:
+    values: tuple[str, ...]
+
+    @property
+    def takes(self) -> str:
+        return "one of " + ", ".join(self.values)
+
+    def check(self, value: str) -> None:
+        if value.strip() not in self.values:
+            raise ValueError
+
+
+# One spelling for every switch: `true` or `false`.
+FLAG = Choice(("true", "false"))
+
+
+@dataclass(frozen=True)
+class Cron:
+    takes: str = "a cron expression of 5 fields, e.g. `*/5 * * * *`"
+
+    _FIELD = re.compile(r"(\*|\d+(-\d+)?|[a-zA-Z]{3}(-[a-zA-Z]{3})?)(/\d+)?(,(\*|\d+(-\d+)?|[a-zA-Z]{3})(/\d+)?)*")
+
+    def check(self, value: str) -> None:
+        fields = value.split()
+        if len(fields) != 5 or not all(self._FIELD.fullmatch(f) for f in fields):
+            raise ValueError
+
+
+@dataclass(frozen=True)
+class Pairs:
+    """`key=value` pairs separated by `;` (Spark conf, catalog properties)."""
+    takes: str = "`key=value` pairs separated by `;`"
+
+    def check(self, value: str) -> None:
+        for pair in filter(None, (p.strip() for p in value.split(";"))):
+            key, eq, _ = pair.partition("=")
+            if not eq or not key.strip():
+                raise ValueError
+
+
+@dataclass(frozen=True)
+class Servers:
+    takes: str = "`host:port[,host:port]`"
+
+    def check(self, value: str) -> None:
+        for server in value.split(","):
+            host, colon, port = server.strip().rpartition(":")
+            if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError
+
+
+@dataclass(frozen=True)
+class Url:
+    schemes: tuple[str, ...] = ("http", "https")
+    empty: bool = False  # empty means "derive it" for some settings
+
+    @property
+    def takes(self) -> str:
+        return (" or ".join(f"`{s}://...`" for s in self.schemes)) + (" (or empty)" if self.empty else "")
+
+    def check(self, value: str) -> None:
+        if self.empty and not value:
+            return
+        scheme, sep, rest = value.partition("://")
+        if not sep or scheme not in self.schemes or not rest:
+            raise ValueError
+
+
+@dataclass(frozen=True)
+class SparkMaster:
+    takes: str = "`sc://host:port` (Spark Connect), `local[*]`, `local[N]`, `spark://host:port`, `yarn` or `k8s://...`"
+
+    def check(self, value: str) -> None:
+        if not re.fullmatch(r"sc://[^/:]+:\d+(/.*)?|local(\[(\*|\d+)(,\d+)?\])?|spark://.+|yarn|k8s://.+", value.strip()):
+            raise ValueError
+
+
+@dataclass(frozen=True)
+class File:
+    """A path to a file that must exist; empty allowed (then the setting's empty meaning applies)."""
+    takes: str = "the path of a readable file (or empty)"
+
+    def check(self, value: str) -> None:
+        if value and not Path(value).expanduser().is_file():
+            raise ValueError
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    default: str
+    help: str
+    kind: object = Text()
+    secret: bool = False
+    group: str = PRODUCT
+
+
+PORT = Whole(least=1, most=65535)
+
+SETTINGS: tuple[Setting, ...] = (
+    # Kafka
+    Setting("MATOS_KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092", "Kafka brokers, `host:port[,host:port]`.", kind=Servers()),
+    Setting("MATOS_KAFKA_SECURITY_PROTOCOL", "PLAINTEXT", "`PLAINTEXT`, `SSL` or `SASL_SSL`.", kind=Choice(("PLAINTEXT", "SSL", "SASL_SSL"))),
+    Setting("MATOS_KAFKA_SASL_MECHANISM", "PLAIN",
+            "`PLAIN` (IBM Message Hub / Event Streams: user `token`, password the API key), "
+            "`SCRAM-SHA-256` or `SCRAM-SHA-512`.", kind=Choice(("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"))),
+    Setting("MATOS_KAFKA_USERNAME", "", "SASL user name."),
+    Setting("MATOS_KAFKA_PASSWORD", "", "SASL password or API key.", secret=True),
+    Setting("MATOS_KAFKA_CA_FILE", "", "PEM file of the CA that signed the brokers' certificates; empty: system CAs.", kind=File()),
+    Setting("MATOS_KAFKA_GROUP", "matos-archiver",
+            "Consumer group whose committed offsets record what is archived (a topic may set its own)."),
+    Setting("MATOS_KAFKA_CLIENT_ID", "matos-dagster", "Client id the brokers see in their logs and quotas."),
+    Setting("MATOS_KAFKA_TIMEOUT_S", "15", "Seconds to wait for an answer from Kafka before failing.", kind=Whole(unit="seconds")),
+    # Swift
+    Setting("MATOS_SWIFT_AUTH_VERSION", "1", "`1` (tempauth, swauth) or `3` (Keystone v3).", kind=Choice(("1", "3"))),
+    Setting("MATOS_SWIFT_AUTH_URL", "http://127.0.0.1:8080/auth/v1.0", "Swift auth endpoint (v1) or Keystone URL (v3).", kind=Url()),
+    Setting("MATOS_SWIFT_USER", "test:tester",
+            "v1 user (`account:user`); Keystone v3: the user name (with MATOS_SWIFT_DOMAIN) if there is no user id."),
+    Setting("MATOS_SWIFT_KEY", "testing", "v1 key, or the Keystone v3 password.", secret=True),
+    Setting("MATOS_SWIFT_USER_ID", "", "Keystone v3 user id."),
+    Setting("MATOS_SWIFT_PROJECT_ID", "", "Keystone v3 project id."),
+    Setting("MATOS_SWIFT_PROJECT_NAME", "", "Keystone v3 project name, instead of the project id."),
+    Setting("MATOS_SWIFT_PROJECT_DOMAIN", "",
+            "Keystone v3 domain name of MATOS_SWIFT_PROJECT_NAME; empty: MATOS_SWIFT_DOMAIN."),
+    Setting("MATOS_SWIFT_DOMAIN", "", "Keystone v3 user domain name (with MATOS_SWIFT_USER, the user name)."),
+    Setting("MATOS_SWIFT_APP_CREDENTIAL_ID", "",
+            "Keystone v3 application credential id; set, it replaces user, password and project."),
+    Setting("MATOS_SWIFT_APP_CREDENTIAL_SECRET", "", "Secret of the Keystone v3 application credential.",
+            secret=True),
+    Setting("MATOS_SWIFT_REGION", "", "Keystone v3 region of the object-store endpoint; empty: the first one."),
+    Setting("MATOS_SWIFT_INTERFACE", "public",
+            "Keystone v3 interface of the object-store endpoint: `public`, `internal` or `admin`.", kind=Choice(("public", "internal", "admin"))),
+    Setting("MATOS_SWIFT_CONTAINER", "matos-archive", "Container the archive is written to (created private if missing)."),
+    Setting("MATOS_SWIFT_PREFIX", "kafka", "Object name prefix in front of every archive path."),
+    Setting("MATOS_SWIFT_VERIFY_TLS", "true", "Verify the Swift endpoint's certificate; `false` only with a warning.", kind=FLAG),
+    Setting("MATOS_SWIFT_CA_FILE", "", "PEM file of the CA for Swift's certificate; empty: system CAs.", kind=File()),
+    Setting("MATOS_SWIFT_RETRIES", "5", "Retries of a failed Swift request (with back-off) before failing.", kind=Whole(least=0)),
+    Setting("MATOS_SWIFT_TIMEOUT_S", "60", "Seconds to wait for one Swift request.", kind=Whole(unit="seconds")),
+    # Spark
+    Setting("MATOS_SPARK_MASTER", "sc://127.0.0.1:15002",
+            "A Spark Connect server (`sc://host:port`; the local stack runs one), or a `spark.master` for a "
+            "driver per run: `local[*]`, `spark://host:7077`.", kind=SparkMaster()),
+    Setting("MATOS_SPARK_CONF", "",
+            "More Spark settings, `key=value` pairs separated by `;` "
+            "(e.g. `spark.executor.memory=2g;spark.ui.enabled=false`). A driver of the run's own (`local[*]`, "
+            "`spark://`) defaults to `spark.driver.memory=512m` and `spark.driver.defaultJavaOptions=-XX:+UseSerialGC "
+            "-Xms64m -XX:TieredStopAtLevel=1` (it only coordinates); set them here to change that.", kind=Pairs()),
+    Setting("MATOS_NATIVE_READER", "true",
+            "`false`: slice tasks read with the Python reader even where the native one is built (both write "
+            "the same bytes). Read by the Spark tasks: set it where they run.", kind=FLAG),
+    # Archive
+    Setting("MATOS_TOPICS_FILE", str(PROJECT_ROOT / "topics.yaml"), "YAML file of the topics to archive.", kind=File()),
+    Setting("MATOS_SENSOR_INTERVAL_S", "30", "Seconds between two ticks of each topic's lag sensor.", kind=Whole(unit="seconds")),
+    Setting("MATOS_HEARTBEAT_S", "15",
+            "Seconds between two heartbeats of an archive run (a run tag written by a thread of its own).", kind=Number(least=1, unit="seconds")),
+    Setting("MATOS_DEAD_RUN_AFTER_S", "90",
+            "An archive run with no heartbeat for this long is dead (its process is gone): the lag sensor fails "
+            "it and requests its range again. At least 3 x MATOS_HEARTBEAT_S.", kind=Number(least=3, unit="seconds")),
+    Setting("MATOS_MONITOR_CRON", "*/5 * * * *", "When the monitor check runs on its own (cron).", kind=Cron()),
+    Setting("MATOS_COMPACT_CRON", "37 * * * *",
+            "When the `compact` job merges each topic's small archived ranges into large ones (cron).", kind=Cron()),
+    # Reading in place: Swift's S3 API and the Iceberg tables (docs/operations/reading.md)
+    Setting("MATOS_S3_ENDPOINT", "",
+            "Swift's S3 API (s3api middleware), `http(s)://host:port`; empty: the host of Swift's storage URL.", kind=Url(empty=True)),
+    Setting("MATOS_S3_ACCESS_KEY", "",
+            "S3 access key; empty with tempauth (v1): MATOS_SWIFT_USER. Keystone: an EC2 credential's access key "
+            "(`openstack ec2 credentials create`; the proxy needs s3token before authtoken)."),
+    Setting("MATOS_S3_SECRET_KEY", "", "S3 secret key; empty with tempauth (v1): MATOS_SWIFT_KEY. Keystone: the EC2 "
+            "credential's secret.", secret=True),
+    Setting("MATOS_S3_REGION", "us-east-1", "Region the S3 API signs with (s3api's `location`)."),
+    Setting("MATOS_ICEBERG_TABLES", "false",
+            "`true`: each archive run adds its range's Parquet objects to the topic's Iceberg table.", kind=FLAG),
+    Setting("MATOS_ICEBERG_CATALOG", "",
+            "pyiceberg catalog properties, `key=value` pairs separated by `;` (e.g. `type=rest;uri=https://...`); "
+            "empty: an embedded sqlite SqlCatalog, `<MATOS_DEVSTACK_DIR>/iceberg/catalog.db`.", secret=True, kind=Pairs()),
+    Setting("MATOS_ICEBERG_NAMESPACE", "", "Catalog namespace of the tables (one per topic); empty: the container's name."),
+    # Retention of Dagster's own records (the archive in Swift is never pruned)
+    Setting("MATOS_RETENTION_CRON", "7 * * * *", "When the `retention` job prunes old partition keys and runs (cron).", kind=Cron()),
+    Setting("MATOS_KEEP_KEYS", "1000",
+            "Partition keys kept per topic partition (the newest); older keys of archived, committed ranges "
+            "are removed. Their ranges stay in Swift: read, verified and restored as before.", kind=Whole()),
+    Setting("MATOS_KEEP_RUNS", "1000",
+            "Finished runs kept per job (the newest), with their event logs and compute logs; older ones are deleted.", kind=Whole()),
+    Setting("MATOS_KEEP_FAILED_RUNS_DAYS", "14", "Days a failed run is kept for an operator, beyond MATOS_KEEP_RUNS.", kind=Number(unit="days")),
+    # Local stack
+    Setting("MATOS_DEVSTACK_DIR", str(PROJECT_ROOT / ".devstack"),
+            "Where the local stack keeps its data, logs and downloads.", group=LOCAL_STACK),
+    Setting("MATOS_DEVSTACK_CACHE", "",
+            "Download cache of the local stack (Kafka jars, Swift venv); empty: `<MATOS_DEVSTACK_DIR>/cache`.", group=LOCAL_STACK),
+    Setting("MATOS_DEVSTACK_KAFKA_PORT", "9092", "Port of the local Kafka broker.", kind=PORT, group=LOCAL_STACK),
+    Setting("MATOS_DEVSTACK_SWIFT_PORT", "8080", "Port of the local Swift proxy.", kind=PORT, group=LOCAL_STACK),
+    Setting("MATOS_DEVSTACK_AUTH", "tempauth",
+            "Swift's auth in the local stack: `tempauth` (v1), or `keystone` (a local Keystone v3 runs too; "
+            "`up` prints the MATOS_SWIFT_* settings for it).", kind=Choice(("tempauth", "keystone")), group=LOCAL_STACK),
+    Setting("MATOS_DEVSTACK_DAGSTER_STORAGE", "sqlite",
+            "The local stack's Dagster storage: `sqlite` (`make run`'s), or `postgres`: `up` also starts the "
+            "PostgreSQL server of dagster.postgres.yaml and prints its DAGSTER_PG_* settings.",
+            kind=Choice(("sqlite", "postgres")), group=LOCAL_STACK),
+    Setting("MATOS_DEVSTACK_KEYSTONE_PORT", "5000", "Port of the local Keystone (with MATOS_DEVSTACK_AUTH=keystone).", kind=PORT, group=LOCAL_STACK),
+    Setting("MATOS_DEVSTACK_SPARK_PORT", "15002",
+            "Port of the local Spark Connect server (`MATOS_SPARK_MASTER=sc://127.0.0.1:<port>` uses it).", kind=PORT, group=LOCAL_STACK),
+)
+
+BY_NAME = {s.name: s for s in SETTINGS}
+# Read by the code but not settings: fault points for the crash tests (tests/end_to_end/test_faults.py).
+TEST_HOOKS = ("MATOS_FAULT",)
+
+
+def get(name: str) -> str:
+    """The setting's value: its environment variable if set, else its default."""
+    return os.environ.get(name, BY_NAME[name].default)
+
+
+def flag(name: str) -> bool:
+    """A `true`/`false` setting's value; SettingError for any other spelling."""
+    value = get(name).strip()
+    problem = _problem(BY_NAME[name], value)
+    if problem:
+        raise SettingError(problem)
+    return value == "true"
+
+
+def _problem(s: Setting, value: str) -> str | None:
+    try:
+        s.kind.check(value)
+    except ValueError:
+        shown = "(empty)" if value == "" else ("(hidden)" if s.secret else repr(value))
+        return f"{s.name} is {shown}: it takes {s.kind.takes}"
+    return None
+
+
+def problems(environ: dict[str, str] | None = None, group: str = PRODUCT) -> list[str]:
+    """One line per setting of `group` whose value (set, or its default) its kind refuses."""
+    env = os.environ if environ is None else environ
+    found = [_problem(s, env.get(s.name, s.default)) for s in SETTINGS if s.group == group]
+    return [p for p in found if p]
+
+
+def check(environ: dict[str, str] | None = None, group: str = PRODUCT) -> None:
+    """SettingError, one line per bad setting, before anything reaches the network."""
+    found = problems(environ, group)
+    if found:
+        raise SettingError("\n".join(found))
+
+
+def apply_defaults(environ: dict[str, str] | None = None) -> None:
+    """Put every unset setting's default into the environment.
+
+    Dagster's `EnvVar` fails on an unset variable; filling the defaults in first keeps
+    `EnvVar` the one way settings (secrets included) reach the resources, while a new
+    machine still needs no configuration.
+    """
+    env = os.environ if environ is None else environ
+    for s in SETTINGS:
+        env.setdefault(s.name, s.default)
+
+
+def markdown_table(group: str = PRODUCT) -> str:
+    rows = ["| variable | default | takes | meaning |", "| --- | --- | --- | --- |"]
+    for s in SETTINGS:
+        if s.group != group:
+            continue
+        default = s.default.replace(str(PROJECT_ROOT), "<project>")
+        shown = f"`{default}`" if default else "(empty)"
+        takes = s.kind.takes.replace("|", "\\|")
+        rows.append(f"| `{s.name}` | {shown} | {takes} | {s.help}{' Secret.' if s.secret else ''} |")
+    return "\n".join(rows)
+
+
+def reference() -> str:
+    """The settings reference of the documentation, exactly (a test compares them)."""
+    return (f"### The product's settings\n\n{markdown_table(PRODUCT)}\n\n"
+            f"### The local stack's settings\n\nRead by `make up` / `python -m matos_dev.stack` only.\n\n"
+            f"{markdown_table(LOCAL_STACK)}\n")
+
+
+if __name__ == "__main__":
+    print(reference(), end="")

@@ -1,0 +1,1 @@
+"""Swift: the store (the one client), every object name (layout), manifests, and finding what is archived."""

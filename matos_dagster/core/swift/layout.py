@@ -1,0 +1,95 @@
+"""Every Swift object name of the archive, and only here: Hive-style paths any engine can read.
+
+    <prefix>/topic=<topic>/partition=<p>/<start:020d>-<end:020d>/part-<first offset:020d>.parquet
+    <prefix>/topic=<topic>/partition=<p>/<start:020d>-<end:020d>/_manifest.json
+    <prefix>/topic=<topic>/partition=<p>/<start:020d>-<end:020d>/_loss.json   (an acknowledged loss)
+    <prefix>/topic=<topic>/_monitor/partition=<p>.json                        (the monitor's mark)
+    <prefix>/topic=<topic>/_audit/partition=<p>.json                          (the verifier's mark)
+    <prefix>/_compaction/topic=<topic>/partition=<p>.json                     (compaction's cursor)
+    <prefix>/_iceberg/...                                                     (the Iceberg tables)
+    <prefix>/_matos_check/<unique>                                            (`matos check`'s probe)
+
+Names starting with `_` are the archive's own bookkeeping: table engines skip them.
+
+Every name is a function of the range and the records in it, nothing else: a retry writes
+the same names, so it can never leave a duplicate beside the first attempt. No Dagster imports.
+"""
+
+from __future__ import annotations
+
+import re
+
+from matos_dagster.core.offsets.ranges import OFFSET_WIDTH, OffsetRange
+
+MANIFEST = "_manifest.json"
+# An acknowledged data loss is recorded in a range folder of its own, so the one listing
+# that finds archived ranges finds losses too, in offset order. Engines skip `_` files.
+LOSS = "_loss.json"
+EXTENSIONS = {"parquet": ".parquet", "jsonl": ".jsonl.gz"}
+_RANGE_DIR = re.compile(r"^(\d{20})-(\d{20})$")
+
+
+def join(*parts: str) -> str:
+    return "/".join(p.strip("/") for p in parts if p and p.strip("/"))
+
+
+def topic_dir(prefix: str, topic: str) -> str:
+    return join(prefix, f"topic={topic}")
+
+
+def partition_dir(prefix: str, topic: str, partition: int) -> str:
+    return join(topic_dir(prefix, topic), f"partition={partition}")
+
+
+def range_dir(prefix: str, r: OffsetRange) -> str:
+    return join(partition_dir(prefix, r.topic, r.partition), f"{r.start:0{OFFSET_WIDTH}d}-{r.end:0{OFFSET_WIDTH}d}")
+
+
+def manifest_name(prefix: str, r: OffsetRange) -> str:
+    return join(range_dir(prefix, r), MANIFEST)
+
+
+def loss_name(prefix: str, r: OffsetRange) -> str:
+    return join(range_dir(prefix, r), LOSS)
+
+
+def object_name(directory: str, first_offset: int, fmt: str) -> str:
+    return join(directory, f"part-{first_offset:0{OFFSET_WIDTH}d}{EXTENSIONS[fmt]}")
+
+
+def monitor_mark_name(prefix: str, topic: str, partition: int) -> str:
+    return join(topic_dir(prefix, topic), "_monitor", f"partition={partition}.json")
+
+
+def audit_mark_name(prefix: str, topic: str, partition: int) -> str:
+    return join(topic_dir(prefix, topic), "_audit", f"partition={partition}.json")
+
+
+def compaction_cursor_name(prefix: str, topic: str, partition: int) -> str:
+    # Outside every topic folder, so compacting a topic never lists it among its ranges.
+    return join(prefix, "_compaction", f"topic={topic}", f"partition={partition}.json")
+
+
+def probe_name(prefix: str, unique: str) -> str:
+    """`matos check`'s probe object, written and deleted at once to prove the container writable."""
+    return join(prefix, "_matos_check", unique)
+
+
+def iceberg_root(prefix: str) -> str:
+    """The Iceberg catalog's folder: each table's metadata (and PENDING_DELETES) lives under it."""
+    return join(prefix, "_iceberg")
+
+
+# Metadata files of a table whose delete failed, retried at its next expiry (beside its metadata).
+PENDING_DELETES = "_deletes_pending.json"
+
+
+def is_bookkeeping(name: str) -> bool:
+    """A `_` object (manifest, loss, marks): not data, skipped by table engines."""
+    return name.rpartition("/")[2].startswith("_")
+
+
+def parse_range_dir(name: str) -> tuple[int, int] | None:
+    """`(start, end)` of a range directory's last path segment, or None if it is not one."""
+    m = _RANGE_DIR.match(name.rstrip("/").rsplit("/", 1)[-1])
+    return (int(m[1]), int(m[2])) if m else None

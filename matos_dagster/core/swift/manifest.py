@@ -1,0 +1,165 @@
+"""The range's manifest: written last, it is what makes a range archived.
+
+    {"version": 1, "topic": "orders", "partition": 3, "start": 1000, "end": 2000,
+     "format": "parquet", "records": 998, "bytes": 51234, "record_bytes": 1021952, "largest_record_bytes": 1024,
+     "first_offset": 1000, "last_offset": 1999, "min_timestamp": ..., "max_timestamp": ...,
+     "objects": [{"name": ".../part-00000000000000001000.parquet", "records": 998,
+                  "bytes": 51234, "md5": "...", "first_offset": 1000, "last_offset": 1999,
+                  "min_timestamp": ..., "max_timestamp": ..., "largest_record_bytes": 1024}]}
+
+Timestamps are Kafka's, in milliseconds since the epoch. Nothing in it depends on when or
+where it was written, so archiving a range again gives the same manifest. No Dagster imports.
+
+Versions: 1, each Parquet object one row group; 2, a row group per 4 MiB of records
+(records.ROW_GROUP_BYTES: objects are written as their records arrive), the same rows and
+columns. Readers read both: Parquet readers take any row groups, and the keys are the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from matos_dagster.core.offsets.ranges import OffsetRange
+
+VERSION = 2
+VERSIONS = (1, 2)  # what readers accept
+OBJECT_KEYS = ("name", "records", "bytes", "md5", "first_offset", "last_offset", "min_timestamp", "max_timestamp")
+
+
+class ManifestError(ValueError):
+    pass
+
+
+def build(r: OffsetRange, fmt: str, objects: list[dict]) -> dict:
+    objects = sorted(objects, key=lambda o: o["first_offset"])
+    for a, b in zip(objects, objects[1:]):
+        if b["first_offset"] <= a["last_offset"]:
+            raise ManifestError(f"objects {a['name']} and {b['name']} overlap: a slice was archived twice")
+    for o in objects:
+        if not (r.start <= o["first_offset"] <= o["last_offset"] < r.end):
+            raise ManifestError(f"object {o['name']} holds offsets outside {r}")
+    ts_min = [o["min_timestamp"] for o in objects if o["min_timestamp"] is not None]
+    ts_max = [o["max_timestamp"] for o in objects if o["max_timestamp"] is not None]
+    return {
+        "version": VERSION,
+        "topic": r.topic,
+        "partition": r.partition,
+        "start": r.start,
+        "end": r.end,
+        "format": fmt,
+        "records": sum(o["records"] for o in objects),
+        "bytes": sum(o["bytes"] for o in objects),
+        "record_bytes": sum(o.get("record_bytes", 0) for o in objects),
+        "first_offset": objects[0]["first_offset"] if objects else None,
+        "last_offset": objects[-1]["last_offset"] if objects else None,
+        "min_timestamp": min(ts_min) if ts_min else None,
+        "max_timestamp": max(ts_max) if ts_max else None,
+        # The largest record's bytes (key, value, header keys and values), by which a restore
+        # checks a target's max.message.bytes before producing; absent from older manifests.
+        "largest_record_bytes": max((o["largest_record_bytes"] for o in objects), default=0)
+        if all("largest_record_bytes" in o for o in objects) else None,
+        "objects": [{**{k: o[k] for k in OBJECT_KEYS}, **_largest(o)} for o in objects],
+    }
+
+
+def _largest(o: dict) -> dict:
+    return {"largest_record_bytes": o["largest_record_bytes"]} if "largest_record_bytes" in o else {}
+
+
+# -- the manifest as a type: read once, checked, written back to the same JSON bytes ----------
+
+_ABSENT: Any = type("Absent", (), {"__repr__": lambda self: "ABSENT"})()  # a key older manifests lack
+
+
+@dataclass(frozen=True)
+class ObjectEntry:
+    """One object a manifest lists."""
+
+    name: str
+    records: int
+    bytes: int
+    md5: str
+    first_offset: int
+    last_offset: int
+    min_timestamp: int | None
+    max_timestamp: int | None
+    largest_record_bytes: int | None = _ABSENT
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A manifest document, typed. `from_json(doc).to_json() == doc` for every manifest this
+    project writes or wrote, so `canonical_json` gives the same bytes back."""
+
+    version: int
+    topic: str
+    partition: int
+    start: int
+    end: int
+    format: str
+    records: int
+    bytes: int
+    record_bytes: int
+    first_offset: int | None
+    last_offset: int | None
+    min_timestamp: int | None
+    max_timestamp: int | None
+    objects: tuple[ObjectEntry, ...]
+    largest_record_bytes: int | None = _ABSENT
+    replaces: list[list[int]] = _ABSENT  # a compacted range's: the ranges it contains (core/compact/)
+
+    @property
+    def range(self) -> OffsetRange:
+        return OffsetRange(self.topic, self.partition, self.start, self.end)
+
+    @classmethod
+    def from_json(cls, doc: Any) -> "Manifest":
+        """The typed manifest; a ManifestError naming what is wrong if `doc` is not one."""
+        if not isinstance(doc, dict):
+            raise ManifestError(f"a manifest is a JSON object, got {type(doc).__name__}")
+        objects = doc.get("objects")
+        if not isinstance(objects, list):
+            raise ManifestError("manifest lacks its list of objects")
+        try:
+            listed = tuple(ObjectEntry(**_typed(ObjectEntry, o, f"object {i}")) for i, o in enumerate(objects))
+            m = cls(**{**_typed(cls, doc, "manifest", skip={"objects"}), "objects": listed})
+        except TypeError as e:  # a key it lacks or one it should not have
+            raise ManifestError(f"manifest is not of version {' or '.join(map(str, VERSIONS))}: {e}") from None
+        if m.version not in VERSIONS:
+            raise ManifestError(f"manifest version {m.version} is not one this matos-dagster reads "
+                                f"({', '.join(map(str, VERSIONS))}): upgrade matos-dagster to read it")
+        try:
+            m.range  # noqa: B018 - checks topic, partition and offsets
+        except ValueError as e:
+            raise ManifestError(f"manifest does not name a range: {e}") from None
+        return m
+
+    def to_json(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not _ABSENT}
+        out["objects"] = [
+            {f.name: getattr(o, f.name) for f in fields(o) if getattr(o, f.name) is not _ABSENT}
+            for o in self.objects
+        ]
+        return out
+
+
+_INTS = {"version", "partition", "start", "end", "records", "bytes", "record_bytes", "first_offset",
+         "last_offset", "min_timestamp", "max_timestamp", "largest_record_bytes"}
+
+
+def _typed(cls: type, doc: Any, what: str, skip: set[str] = frozenset()) -> dict:
+    if not isinstance(doc, dict):
+        raise ManifestError(f"{what} of the manifest is not a JSON object")
+    names = {f.name for f in fields(cls)}
+    unknown = set(doc) - names
+    if unknown:
+        raise ManifestError(f"{what} has keys no manifest has: {sorted(unknown)}")
+    out = {}
+    for k, v in doc.items():
+        if k in skip:
+            continue
+        if k in _INTS and v is not None and (not isinstance(v, int) or isinstance(v, bool)):
+            raise ManifestError(f"{what}: {k} must be an integer, got {v!r}")
+        out[k] = v
+    return out

@@ -1,0 +1,234 @@
+"""The topics to archive: a YAML file, like the Kafka Observer's topic mapping (seed 002).
+
+    defaults:            # optional, applies to every topic
+      format: parquet
+    topics:
+      - name: orders
+        group: orders-archiver
+        batch: {records: 50000, age_s: 60}
+
+Validated when the definitions load, so a mistake fails loudly before any run starts.
+No Dagster imports.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from matos_dagster.core.offsets.ranges import OffsetRange, check_topic
+from matos_dagster.core.swift import layout
+
+SWIFT_MAX_OBJECT = 5 * 1024**3  # Swift refuses single objects above 5 GiB
+SWIFT_MAX_NAME = 1024  # Swift's default max_object_name_length, in bytes
+FORMATS = ("parquet", "jsonl")
+
+
+class TopicsFileError(ValueError):
+    """The topics file is missing, not YAML, or says something we cannot do."""
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    name: str
+    group: str = "matos-archiver"
+    format: str = "parquet"  # parquet (zstd) or jsonl (gzip)
+    prefix: str = ""  # between the Swift prefix and `topic=<name>/`
+    # Offsets per Spark task. A task's start (its consumer, Swift's auth, the worker's hand-off)
+    # costs ~70 ms of CPU and ~0.1 s of an idle slot: 500,000 keeps that small for small
+    # records (W2, 100 B: +40% records/s over 100,000) and still splits a full range
+    # (max_range_records) in two. A task's memory is bounded by object_bytes, not by this.
+    slice_records: int = 500_000
+    object_bytes: int = 64 * 1024**2  # record bytes per object, before compression
+    max_record_bytes: int = 16 * 1024**2  # a larger record fails the range, naming its offset
+    # batch policy: a partition's pending records become a range when any of these is reached
+    batch_records: int = 10_000
+    batch_bytes: int = 64 * 1024**2
+    # Below the sensor's 30 s interval, so at a steady rate every tick cuts a range: a record
+    # then waits for one tick, not two (the age read at a tick is about one interval).
+    batch_age_s: float = 20.0
+    max_range_records: int = 1_000_000  # a backlog is cut into ranges no larger than this
+    # monitor thresholds
+    lag_warn_records: int = 100_000
+    stall_s: float = 900.0  # ERROR when a lagging partition's committed offset does not move this long
+    # compaction (core/compact/): adjacent ranges merge into ranges of this many record bytes
+    compact_bytes: int = 64 * 1024**2
+    compact_min_age_s: float = 3600.0  # ranges archived less than this ago stay as they are
+    # ...or until its records span this much Kafka time: a quiet topic's day becomes one range.
+    compact_span_s: float = 86400.0
+    # Replaced ranges are deleted this long after the switch: longer than any read or restore.
+    compact_grace_s: float = 86400.0
+
+    @property
+    def asset_name(self) -> str:
+        """Dagster names allow only letters, digits and `_`; topics also allow `.` and `-`."""
+        return "archive_" + re.sub(r"[^A-Za-z0-9_]", "_", self.name)
+
+    @property
+    def partitions_name(self) -> str:
+        return self.asset_name + "_ranges"
+
+
+# What each key of the topics file means: the reference in the documentation is generated from
+# this (`python -m matos_dagster.core.topics`), and a test fails when a key has no line here.
+HELP = {
+    "name": "The Kafka topic (required).",
+    "group": "Consumer group whose committed offsets record what is archived; default MATOS_KAFKA_GROUP.",
+    "format": "`parquet` (zstd) or `jsonl` (gzip).",
+    "prefix": "Object name part between MATOS_SWIFT_PREFIX and `topic=<name>/`.",
+    "slice_records": "Offsets per Spark task, at most.",
+    "object_bytes": "Record bytes per object, before compression (far below Swift's 5 GiB limit).",
+    "max_record_bytes": "A larger record fails its range, naming its offset.",
+    "batch_records": "The lag sensor requests a range when this many records wait...",
+    "batch_bytes": "...or this many bytes (estimated from the last range's bytes per record)...",
+    "batch_age_s": "...or when the oldest waiting record is this old (below the sensor's interval).",
+    "max_range_records": "A backlog is cut into ranges no larger than this.",
+    "lag_warn_records": "Monitor: WARN above this lag when it is not shrinking.",
+    "stall_s": "Monitor: ERROR when a lagging partition's committed offset does not move this long.",
+    "compact_bytes": "Compaction: record bytes of a merged range.",
+    "compact_min_age_s": "Compaction: ranges archived less than this ago stay as they are.",
+    "compact_span_s": "Compaction: a merged range spans at most this much Kafka time.",
+    "compact_grace_s": "Compaction: replaced ranges are deleted this long after the switch.",
+}
+
+_FIELDS = {f.name: f for f in fields(TopicConfig)}
+_BATCH_KEYS = {"records": "batch_records", "bytes": "batch_bytes", "age_s": "batch_age_s",
+               "max_range_records": "max_range_records"}
+
+
+def load(path: str | Path, default_group: str | None = None) -> list[TopicConfig]:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise TopicsFileError(
+            f"cannot read the topics file {path} (MATOS_TOPICS_FILE): {e.strerror}"
+        ) from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise TopicsFileError(f"{path} is not valid YAML: {e}") from None
+    try:
+        return parse(doc, default_group)
+    except TopicsFileError as e:
+        raise TopicsFileError(f"{path}: {e}") from None
+
+
+def parse(doc: Any, default_group: str | None = None) -> list[TopicConfig]:
+    if not isinstance(doc, dict) or not isinstance(doc.get("topics"), list) or not doc["topics"]:
+        raise TopicsFileError("expected a mapping with a non-empty list `topics:` of {name: ...} entries")
+    unknown = set(doc) - {"defaults", "topics"}
+    if unknown:
+        raise TopicsFileError(f"unknown top-level keys {sorted(unknown)}; allowed: defaults, topics")
+    defaults = _flatten(doc.get("defaults") or {}, "defaults")
+    if default_group:
+        defaults.setdefault("group", default_group)
+    defaults.pop("name", None)
+    out: list[TopicConfig] = []
+    seen: dict[str, str] = {}
+    for i, entry in enumerate(doc["topics"]):
+        where = f"topics[{i}]"
+        if isinstance(entry, str):
+            entry = {"name": entry}
+        values = {**defaults, **_flatten(entry, where)}
+        if "name" not in values:
+            raise TopicsFileError(f"{where}: every topic needs a `name`")
+        topic = _build(values, f"{where} ({values['name']})")
+        if topic.asset_name in seen:
+            raise TopicsFileError(
+                f"{where}: topic {topic.name!r} gives the same asset name {topic.asset_name!r} as "
+                f"topic {seen[topic.asset_name]!r}"
+            )
+        seen[topic.asset_name] = topic.name
+        out.append(topic)
+    return out
+
+
+def _flatten(entry: Any, where: str) -> dict[str, Any]:
+    if not isinstance(entry, dict):
+        raise TopicsFileError(f"{where}: expected a mapping, got {type(entry).__name__}")
+    values = dict(entry)
+    batch = values.pop("batch", None)
+    if batch is not None:
+        if not isinstance(batch, dict):
+            raise TopicsFileError(f"{where}.batch: expected a mapping like {{records: 10000, age_s: 60}}")
+        for k, v in batch.items():
+            if k not in _BATCH_KEYS:
+                raise TopicsFileError(f"{where}.batch: unknown key {k!r}; allowed: {sorted(_BATCH_KEYS)}")
+            values[_BATCH_KEYS[k]] = v
+    for k in values:
+        if k not in _FIELDS:
+            allowed = sorted((set(_FIELDS) - set(_BATCH_KEYS.values())) | {"batch"})
+            raise TopicsFileError(f"{where}: unknown key {k!r}; allowed: {allowed}")
+    return values
+
+
+def _build(values: dict[str, Any], where: str) -> TopicConfig:
+    typed: dict[str, Any] = {}
+    for k, v in values.items():
+        want = _FIELDS[k].type
+        if want == "str":
+            if not isinstance(v, str):
+                raise TopicsFileError(f"{where}: {k} must be a string, got {v!r}")
+        elif want == "int":
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise TopicsFileError(f"{where}: {k} must be a whole number, got {v!r}")
+        elif want == "float":
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise TopicsFileError(f"{where}: {k} must be a number, got {v!r}")
+            v = float(v)
+        typed[k] = v
+    try:
+        check_topic(typed["name"])
+    except ValueError as e:
+        raise TopicsFileError(f"{where}: {e}") from None
+    topic = TopicConfig(**typed)
+    if topic.format not in FORMATS:
+        raise TopicsFileError(f"{where}: format must be one of {FORMATS}, got {topic.format!r}")
+    if topic.prefix.startswith("/") or "//" in topic.prefix or ".." in topic.prefix.split("/"):
+        raise TopicsFileError(f"{where}: prefix {topic.prefix!r} must be a relative path without '..' or '//'")
+    # The widest name the topic can get: the largest partition id, 20-digit offsets.
+    widest = OffsetRange(topic.name, 2**31 - 1, 0, 1)
+    longest = len(layout.object_name(layout.range_dir(topic.prefix, widest), 0, topic.format).encode())
+    if longest > SWIFT_MAX_NAME:
+        raise TopicsFileError(
+            f"{where}: object names under prefix {topic.prefix[:40]!r}... would be up to {longest} bytes long, "
+            f"above Swift's limit of {SWIFT_MAX_NAME} (before MATOS_SWIFT_PREFIX): shorten the prefix"
+        )
+    for k in ("slice_records", "object_bytes", "max_record_bytes", "batch_records", "batch_bytes",
+              "max_range_records", "lag_warn_records", "compact_bytes"):
+        if getattr(topic, k) <= 0:
+            raise TopicsFileError(f"{where}: {k} must be > 0, got {getattr(topic, k)}")
+    for k in ("batch_age_s", "stall_s", "compact_min_age_s", "compact_grace_s", "compact_span_s"):
+        if getattr(topic, k) < 0:
+            raise TopicsFileError(f"{where}: {k} must be >= 0, got {getattr(topic, k)}")
+    if topic.object_bytes > SWIFT_MAX_OBJECT // 2:
+        raise TopicsFileError(
+            f"{where}: object_bytes {topic.object_bytes} is too close to Swift's 5 GiB object limit; "
+            f"use at most {SWIFT_MAX_OBJECT // 2}"
+        )
+    if topic.max_record_bytes > topic.object_bytes:
+        raise TopicsFileError(
+            f"{where}: max_record_bytes ({topic.max_record_bytes}) must not exceed object_bytes ({topic.object_bytes})"
+        )
+    return topic
+
+
+def reference() -> str:
+    """The topics file's keys as a Markdown table (the documentation's, exactly: a test compares)."""
+    written = {field: f"batch.{key}" for key, field in _BATCH_KEYS.items()}
+    rows = ["| key | type | default | meaning |", "| --- | --- | --- | --- |"]
+    for f in fields(TopicConfig):
+        default = "(required)" if f.name == "name" else f"`{f.default}`" if f.default != "" else "(empty)"
+        if f.name == "group":
+            default = "MATOS_KAFKA_GROUP"
+        rows.append(f"| `{written.get(f.name, f.name)}` | {f.type} | {default} | {HELP[f.name]} |")
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":
+    print(reference(), end="")
