@@ -1,5 +1,6 @@
-"""Session-wide real services: a Kafka broker, a Swift all-in-one, a local Spark session, and a
-Spark Connect server for the tests that use one (started on first use).
+"""Session-wide real services: a Kafka broker, a Swift all-in-one, a local Spark session, a
+Spark Connect server, and the project's Schema Registry stand-in (Confluent-compatible, not
+Confluent's), each started on first use by a test that asks for it.
 
 Each runs on free ports of 127.0.0.1 with its data in a temporary folder, and is stopped
 by PID when the session ends. Downloads (Kafka's jars, Swift's virtual environment) are
@@ -25,6 +26,7 @@ import pytest
 from confluent_kafka.admin import NewTopic
 from matos_dev.stack.kafka import KafkaServer
 from matos_dev.stack.process import free_port
+from matos_dev.stack.registry import RegistryServer
 from matos_dev.stack.spark import SparkConnectServer
 from matos_dev.stack.swift import SwiftServer
 
@@ -134,6 +136,16 @@ def swift_server(tmp_path_factory):
 def connect_server(tmp_path_factory):
     """What `make run` gives the runs: a long-lived Spark, its tasks tried up to 3 times."""
     server = SparkConnectServer(tmp_path_factory.mktemp("spark-connect"), port=free_port(), master="local[2,3]")
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def registry_server(tmp_path_factory):
+    """The Schema Registry stand-in (dev/matos_dev/stack/registry.py), without auth. Its subjects are
+    shared by the whole session: a test names its own (a unique topic, say)."""
+    server = RegistryServer(tmp_path_factory.mktemp("registry"), port=free_port())
     server.start()
     yield server
     server.stop()

@@ -273,6 +273,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("MATOS_DEVSTACK_KEYSTONE_PORT", "5000", "Port of the local Keystone (with MATOS_DEVSTACK_AUTH=keystone).", kind=PORT, group=LOCAL_STACK),
     Setting("MATOS_DEVSTACK_SPARK_PORT", "15002",
             "Port of the local Spark Connect server (`MATOS_SPARK_MASTER=sc://127.0.0.1:<port>` uses it).", kind=PORT, group=LOCAL_STACK),
+    Setting("MATOS_DEVSTACK_REGISTRY_PORT", "8081",
+            "Port of the local Schema Registry stand-in: the project's own Confluent-compatible stand-in "
+            "(dev/matos_dev/stack/registry.py), not Confluent's Schema Registry.", kind=PORT, group=LOCAL_STACK),
 )
 
 BY_NAME = {s.name: s for s in SETTINGS}

@@ -1,14 +1,16 @@
-"""`python -m matos_dev.stack up|down|status`: the local Kafka + Swift + Spark Connect stack.
+"""`python -m matos_dev.stack up|down|status`: the local Kafka + Swift + Spark Connect stack,
+with the project's Schema Registry stand-in.
 
-    up      install what is missing, start Kafka, Swift and Spark Connect (if not
-            running), wait until each answers, print where they are
+    up      install what is missing, start Kafka, Swift, Spark Connect and the Schema
+            Registry stand-in (if not running), wait until each answers, print where they are
     down    stop every process of the stack, by the PID recorded when it was started
     status  print each process's state, PID, port and log file; exit 0 if all run, else 1
     shard   shard a container of the local Swift with Swift's own sharder, as an operator
             does (`shard [CONTAINER] --rows N`; see the README, "Objects per Swift container")
 
 Settings (see matos_dagster/core/settings.py): MATOS_DEVSTACK_DIR, MATOS_DEVSTACK_CACHE,
-MATOS_DEVSTACK_KAFKA_PORT, MATOS_DEVSTACK_SWIFT_PORT, MATOS_DEVSTACK_SPARK_PORT; and
+MATOS_DEVSTACK_KAFKA_PORT, MATOS_DEVSTACK_SWIFT_PORT, MATOS_DEVSTACK_SPARK_PORT,
+MATOS_DEVSTACK_REGISTRY_PORT; and
 MATOS_DEVSTACK_DAGSTER_STORAGE=postgres, with which `up` also starts a PostgreSQL server for
 the production instance (dagster.postgres.yaml) and prints its DAGSTER_PG_* settings.
 
@@ -30,6 +32,7 @@ from typing import Callable, NamedTuple
 from matos_dagster.core import settings
 from matos_dev.stack.kafka import KAFKA_VERSION
 from matos_dev.stack.keystone import KEYSTONE_VERSION
+from matos_dev.stack.registry import NAME as REGISTRY_NAME
 from matos_dev.stack.stack import (
     LocalStack,
     StackError,
@@ -40,6 +43,7 @@ from matos_dev.stack.stack import (
     locked,
     postgres_enabled,
     postgres_server,
+    registry_server,
     servers,
 )
 from matos_dev.stack.swift import SWIFT_VERSION
@@ -102,13 +106,27 @@ def up(args: argparse.Namespace) -> int:
                 kafka.stop()
             raise
         _say(f"Spark Connect {spark.version}: {_how(spark_was_running, t)}")
+        registry = registry_server()
+        registry_was_running = registry.running()
+        t = time.monotonic()
+        try:
+            registry.start()  # stops its process again if it fails
+        except BaseException:
+            for server, was_running in ((spark, spark_was_running), (swift, swift_was_running),
+                                        (keystone, keystone is None or keystone_was_running),
+                                        (kafka, kafka_was_running)):
+                if not was_running:
+                    server.stop()
+            raise
+        _say(f"{REGISTRY_NAME}: {_how(registry_was_running, t)}")
         if postgres is not None:
             postgres_was_running = postgres.running()
             t = time.monotonic()
             try:
                 postgres.start()  # stops it again if it fails
             except BaseException:
-                for server, was_running in ((spark, spark_was_running), (swift, swift_was_running),
+                for server, was_running in ((registry, registry_was_running),
+                                            (spark, spark_was_running), (swift, swift_was_running),
                                             (keystone, keystone is None or keystone_was_running),
                                             (kafka, kafka_was_running)):
                     if not was_running:
@@ -129,6 +147,7 @@ def up(args: argparse.Namespace) -> int:
                          f"['archiver_password'])\")")
             print(f"    export {name}={value}")
     print(f"  Spark Connect            {spark.url}  ({spark.master})")
+    print(f"  Schema Registry stand-in {registry.url}  (the project's own, Confluent-compatible; not Confluent's)")
     if postgres is not None:
         print(f"  PostgreSQL               {postgres.url().replace(postgres.password, '***')}")
         print("  For the production instance (dagster.postgres.yaml in DAGSTER_HOME):")
@@ -141,8 +160,10 @@ def up(args: argparse.Namespace) -> int:
     _hint("MATOS_SWIFT_AUTH_URL", keystone.auth_url if keystone else swift.auth_url)
     _hint("MATOS_SPARK_MASTER", spark.url)
     print("  Logs")
-    for server in servers(stack):
-        print(f"    {server.name:<15} {server.log_file}")
+    rows = servers(stack)
+    width = max(len(s.name) for s in rows)
+    for server in rows:
+        print(f"    {server.name:<{width}} {server.log_file}")
     print(f"  Stop it with: {PROG} down")
     return 0
 
@@ -152,6 +173,7 @@ def down(args: argparse.Namespace) -> int:
     stack = local_stack()
     with locked():
         running = [s for s in servers(stack) if s.pid is not None]
+        registry_server().stop()
         stack.spark.stop()
         stack.swift.stop()
         keystone_server().stop()  # if it runs, whatever MATOS_DEVSTACK_AUTH says now
@@ -160,8 +182,9 @@ def down(args: argparse.Namespace) -> int:
     if not running:
         print("The local stack was not running.")
         return 0
+    width = max(len(s.name) for s in running)
     for server in running:
-        print(f"stopped {server.name:<15} PID {server.pid}")
+        print(f"stopped {server.name:<{width}} PID {server.pid}")
     print(f"The local stack is down ({time.monotonic() - began:.1f} s).")
     return 0
 
@@ -169,11 +192,12 @@ def down(args: argparse.Namespace) -> int:
 def status(args: argparse.Namespace) -> int:
     stack = local_stack()
     rows = servers(stack)
+    width = max(len(s.name) for s in rows)
     for s in rows:
         state = "running" if s.pid is not None else "stopped"
         pid = f"PID {s.pid}" if s.pid is not None else "-"
         port = f"port {s.port}" if s.port else "-"
-        print(f"{s.name:<15} {state:<8} {pid:<10} {port:<10} log {s.log_file}")
+        print(f"{s.name:<{width}} {state:<8} {pid:<10} {port:<10} log {s.log_file}")
     _print_endpoints(stack)
     all_running = all(s.pid is not None for s in rows)
     print("All running." if all_running else "Not (all) running: start it with " f"{PROG} up")
@@ -240,8 +264,10 @@ def _shard_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 COMMANDS: dict[str, Command] = {
-    "up": Command(up, "install what is missing, start Kafka, Swift and Spark Connect, wait until each answers"),
-    "down": Command(down, "stop Spark Connect, Swift and Kafka (by the PIDs recorded when they started)"),
+    "up": Command(up, "install what is missing, start Kafka, Swift, Spark Connect and the Schema Registry "
+                      "stand-in, wait until each answers"),
+    "down": Command(down, "stop the Schema Registry stand-in, Spark Connect, Swift and Kafka (by the PIDs "
+                          "recorded when they started)"),
     "status": Command(status, "show PIDs, ports and log files; exit 0 if all run, 1 otherwise"),
     "demo-data": Command(demo_data, "produce demo records to the `demo` topic (needs the stack up)"),
     "demo": Command(demo, "load demo records, archive everything pending, print where it is in Swift"),
@@ -253,7 +279,8 @@ COMMANDS: dict[str, Command] = {
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description="The local stack: a Kafka broker, a Swift all-in-one and a Spark Connect server on 127.0.0.1.",
+        description="The local stack: a Kafka broker, a Swift all-in-one, a Spark Connect server and the "
+                    "project's Schema Registry stand-in on 127.0.0.1.",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, command in COMMANDS.items():
@@ -293,6 +320,7 @@ def _print_endpoints(stack: LocalStack) -> None:
     else:
         print(f"Swift auth URL: {stack.swift.auth_url} (user {stack.swift.user})")
     print(f"Spark Connect: {stack.spark.url}")
+    print(f"{REGISTRY_NAME}: {registry_server().url} (the project's own, not Confluent's)")
 
 
 if __name__ == "__main__":

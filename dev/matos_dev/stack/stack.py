@@ -1,16 +1,18 @@
-"""The local stack: one Kafka broker, one Swift all-in-one and one Spark Connect server,
-under `MATOS_DEVSTACK_DIR`.
+"""The local stack: one Kafka broker, one Swift all-in-one, one Spark Connect server and the
+Schema Registry stand-in, under `MATOS_DEVSTACK_DIR`.
 
     <MATOS_DEVSTACK_DIR>/
       data/kafka/    the broker's data folder (see kafka.py)
       data/swift/    Swift's data folder (see swift.py)
       data/spark/    the Spark Connect server's data folder (see spark.py)
+      data/registry/ the Schema Registry stand-in's data folder (see registry.py)
       data/postgres/ PostgreSQL for a production-like Dagster instance, with
                      MATOS_DEVSTACK_DAGSTER_STORAGE=postgres (see postgres.py)
       cache/         downloads: Kafka's jars, Swift's venv (MATOS_DEVSTACK_CACHE moves it)
 
-`local_stack()` builds the three server objects from the settings; starting, stopping and
-status are theirs. `python -m matos_dev.stack` is the command line over this.
+`local_stack()` builds the three server objects from the settings, `registry_server()` the
+stand-in's (and `keystone_server()`, `postgres_server()` the optional ones); starting,
+stopping and status are theirs. `python -m matos_dev.stack` is the command line over this.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from matos_dev.stack import process
 from matos_dev.stack.kafka import KafkaServer
 from matos_dev.stack.keystone import KeystoneServer
 from matos_dev.stack.postgres import PostgresServer
+from matos_dev.stack.registry import NAME as REGISTRY_NAME
+from matos_dev.stack.registry import RegistryServer
 from matos_dev.stack.spark import SparkConnectServer
 from matos_dev.stack.swift import BACKENDS, SwiftServer
 
@@ -36,6 +40,7 @@ SWIFT_PORT_SETTING = "MATOS_DEVSTACK_SWIFT_PORT"
 SPARK_PORT_SETTING = "MATOS_DEVSTACK_SPARK_PORT"
 AUTH_SETTING = "MATOS_DEVSTACK_AUTH"
 KEYSTONE_PORT_SETTING = "MATOS_DEVSTACK_KEYSTONE_PORT"
+REGISTRY_PORT_SETTING = "MATOS_DEVSTACK_REGISTRY_PORT"
 # `sqlite` (the default: `make run`'s embedded instance) or `postgres`: `up` also starts the
 # PostgreSQL server of dagster.postgres.yaml. Read here only: the product never sees it.
 DAGSTER_STORAGE_SETTING = "MATOS_DEVSTACK_DAGSTER_STORAGE"
@@ -72,7 +77,8 @@ def local_stack() -> LocalStack:
     if not kafka.controller_port:
         # First start: pick the controller's port now, away from the ports the settings
         # name (free_port alone could hand out the Swift proxy's before Swift listens).
-        taken = {kafka.port, swift.proxy_port, spark.port, *(p for p in swift.ports().values() if p)}
+        taken = {kafka.port, swift.proxy_port, spark.port, _port(REGISTRY_PORT_SETTING),
+                 *(p for p in swift.ports().values() if p)}
         while not kafka.controller_port or kafka.controller_port in taken:
             kafka.controller_port = process.free_port()
     return LocalStack(kafka, swift, spark)
@@ -91,6 +97,11 @@ def keystone_server() -> KeystoneServer:
                           swift_url=f"http://127.0.0.1:{_port(SWIFT_PORT_SETTING)}")
 
 
+def registry_server() -> RegistryServer:
+    """The Schema Registry stand-in (data/registry), on MATOS_DEVSTACK_REGISTRY_PORT, without auth."""
+    return RegistryServer(devstack_dir() / "data" / "registry", port=_port(REGISTRY_PORT_SETTING))
+
+
 def postgres_enabled() -> bool:
     storage = os.environ.get(DAGSTER_STORAGE_SETTING, "sqlite").strip().lower()
     if storage not in ("sqlite", "postgres"):
@@ -106,8 +117,9 @@ def postgres_server() -> PostgresServer:
 def check_ports(stack: LocalStack) -> None:
     """Raise StackError, naming the setting to change, if a port the stack needs is not free."""
     kafka, swift, spark = stack
+    registry = registry_server()
     settings_ports = ((KAFKA_PORT_SETTING, kafka.port), (SWIFT_PORT_SETTING, swift.proxy_port),
-                      (SPARK_PORT_SETTING, spark.port))
+                      (SPARK_PORT_SETTING, spark.port), (REGISTRY_PORT_SETTING, registry.port))
     for (first, port), (second, other) in itertools.combinations(settings_ports, 2):
         if port == other:
             raise StackError(f"{first} and {second} are both {port}; set one of them to another port")
@@ -124,6 +136,7 @@ def check_ports(stack: LocalStack) -> None:
         ("Kafka", kafka.port, KAFKA_PORT_SETTING, running["kafka"]),
         ("the Swift proxy", swift.proxy_port, SWIFT_PORT_SETTING, running["swift"]),
         ("Spark Connect", spark.port, SPARK_PORT_SETTING, running["spark"]),
+        (f"the {REGISTRY_NAME}", registry.port, REGISTRY_PORT_SETTING, running["registry"]),
     ):
         if actual is not None and actual != port:
             raise StackError(
@@ -136,9 +149,10 @@ def check_ports(stack: LocalStack) -> None:
 
 
 def running_ports(stack: LocalStack) -> dict[str, int | None]:
-    """The ports the running Kafka broker, Swift proxy and Spark Connect server were started on (None: not running)."""
+    """The ports the running Kafka broker, Swift proxy, Spark Connect server and Schema Registry stand-in were
+    started on (None: not running)."""
     kafka, swift, spark = stack
-    kafka_port = swift_port = spark_port = None
+    kafka_port = swift_port = spark_port = registry_port = None
     if kafka.running():
         # Saved in its data folder at start; a server object without a port reads it.
         kafka_port = KafkaServer(kafka.data_dir, kafka.cache_dir).port
@@ -148,7 +162,10 @@ def running_ports(stack: LocalStack) -> dict[str, int | None]:
         swift_port = conf.getint("DEFAULT", "bind_port", fallback=None)
     if spark.running():
         spark_port = SparkConnectServer(spark.data_dir).port  # saved in its data folder too
-    return {"kafka": kafka_port, "swift": swift_port, "spark": spark_port}
+    registry = registry_server()
+    if registry.running():
+        registry_port = RegistryServer(registry.data_dir).port  # likewise
+    return {"kafka": kafka_port, "swift": swift_port, "spark": spark_port, "registry": registry_port}
 
 
 @contextlib.contextmanager
@@ -182,7 +199,8 @@ class Server(NamedTuple):
 
 
 def servers(stack: LocalStack) -> list[Server]:
-    """Kafka, the four Swift servers and Spark Connect: PID if running, port (the one it runs on), log file."""
+    """Kafka, the four Swift servers, Spark Connect and the Schema Registry stand-in (and Keystone, PostgreSQL
+    if enabled or running): PID if running, port (the one it runs on), log file."""
     kafka, swift, spark = stack
     actual = running_ports(stack)
     rows = [Server("kafka", kafka.status()["pid"], actual["kafka"] or kafka.port, kafka.log_file)]
@@ -190,6 +208,8 @@ def servers(stack: LocalStack) -> list[Server]:
         port = (actual["swift"] or entry["port"]) if name == "proxy" else entry["port"]
         rows.append(Server(f"swift {name}", entry["pid"], port, Path(entry["log_file"])))
     rows.append(Server("spark connect", spark.status()["pid"], actual["spark"] or spark.port, spark.log_file))
+    registry = registry_server()
+    rows.append(Server(REGISTRY_NAME, registry.pid(), actual["registry"] or registry.port, registry.log_file))
     keystone = keystone_server()
     if keystone_enabled() or keystone.running():
         rows.append(Server("keystone", keystone.pid(), keystone.port, keystone.log_file))

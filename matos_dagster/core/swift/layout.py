@@ -5,6 +5,7 @@
     <prefix>/topic=<topic>/partition=<p>/<start:020d>-<end:020d>/_loss.json   (an acknowledged loss)
     <prefix>/topic=<topic>/_monitor/partition=<p>.json                        (the monitor's mark)
     <prefix>/topic=<topic>/_audit/partition=<p>.json                          (the verifier's mark)
+    <prefix>/topic=<topic>/_schemas/<schema id>.json                          (a record schema, archived)
     <prefix>/_compaction/topic=<topic>/partition=<p>.json                     (compaction's cursor)
     <prefix>/_iceberg/...                                                     (the Iceberg tables)
     <prefix>/_matos_check/<unique>                                            (`matos check`'s probe)
@@ -63,6 +64,11 @@ def monitor_mark_name(prefix: str, topic: str, partition: int) -> str:
 
 def audit_mark_name(prefix: str, topic: str, partition: int) -> str:
     return join(topic_dir(prefix, topic), "_audit", f"partition={partition}.json")
+
+
+def schema_name(prefix: str, topic: str, schema_id: int) -> str:
+    """A schema the topic's records name by id (Confluent wire format), archived beside them."""
+    return join(topic_dir(prefix, topic), "_schemas", f"{schema_id}.json")
 
 
 def compaction_cursor_name(prefix: str, topic: str, partition: int) -> str:

@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from matos_dev.stack import process
-from matos_dev.stack.stack import local_stack
+from matos_dev.stack.stack import local_stack, registry_server
 from swiftclient.client import Connection
 
 from matos_dagster.core.settings import PROJECT_ROOT
@@ -51,17 +51,18 @@ def _ok(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
 def stack_env(tmp_path, monkeypatch):
     """The stack's settings for this test: a temporary folder, free ports, the shared cache."""
     ports: list[int] = []
-    while len(ports) < 3:
+    while len(ports) < 4:
         port = process.free_port()
         if port not in ports:
             ports.append(port)
-    kafka_port, swift_port, spark_port = ports
+    kafka_port, swift_port, spark_port, registry_port = ports
     env = {
         "MATOS_DEVSTACK_DIR": str(tmp_path / "devstack"),
         "MATOS_DEVSTACK_CACHE": str(CACHE_DIR),
         "MATOS_DEVSTACK_KAFKA_PORT": str(kafka_port),
         "MATOS_DEVSTACK_SWIFT_PORT": str(swift_port),
         "MATOS_DEVSTACK_SPARK_PORT": str(spark_port),
+        "MATOS_DEVSTACK_REGISTRY_PORT": str(registry_port),
     }
     for name, value in env.items():
         monkeypatch.setenv(name, value)  # for the subprocesses and for local_stack() here
@@ -69,7 +70,7 @@ def stack_env(tmp_path, monkeypatch):
     # Whatever happened, nothing is left running: each stop runs even if one before it fails.
     kafka, swift, spark = local_stack()
     with contextlib.ExitStack() as stops:  # its callbacks run last first
-        for server in (kafka, swift, spark):
+        for server in (kafka, swift, spark, registry_server()):
             stops.callback(server.stop)
         stops.callback(_cli, "down", timeout=120)
 
@@ -220,6 +221,11 @@ def test_up_down_status_and_data_survives(stack_env):
     status = _ok(_cli("status"))
     for name, (pid, _) in records.items():
         assert any(line.startswith(name) and f"PID {pid}" in line for line in status.stdout.splitlines()), name
+    registry = registry_server()
+    assert registry.url == f"http://127.0.0.1:{stack_env['MATOS_DEVSTACK_REGISTRY_PORT']}"
+    assert registry.url in result.stdout
+    assert any(line.startswith("Schema Registry stand-in") and f"PID {registry.pid()}" in line
+               for line in status.stdout.splitlines())
 
     started = time.monotonic()
     down = _ok(_cli("down"))
@@ -236,7 +242,7 @@ def test_up_down_status_and_data_survives(stack_env):
     for port in ports:
         assert not process.port_open(port), f"127.0.0.1:{port} still open"
     assert not kafka.pid_file.exists() and not any(f.exists() for f in swift.pid_files.values())
-    assert not spark.pid_file.exists()
+    assert not spark.pid_file.exists() and not registry_server().pid_file.exists()
     assert _cli("down").stdout.strip() == "The local stack was not running."
 
     started = time.monotonic()
@@ -255,7 +261,7 @@ def test_up_down_status_and_data_survives(stack_env):
 
 
 @pytest.mark.parametrize("setting", ["MATOS_DEVSTACK_KAFKA_PORT", "MATOS_DEVSTACK_SWIFT_PORT",
-                                     "MATOS_DEVSTACK_SPARK_PORT"])
+                                     "MATOS_DEVSTACK_SPARK_PORT", "MATOS_DEVSTACK_REGISTRY_PORT"])
 def test_up_fails_clearly_when_a_port_is_taken(stack_env, setting):
     port = int(stack_env[setting])
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
@@ -269,4 +275,4 @@ def test_up_fails_clearly_when_a_port_is_taken(stack_env, setting):
     assert _cli("status").returncode == 1  # and nothing was started
     kafka, swift, spark = local_stack()
     assert not kafka.pid_file.exists() and not any(f.exists() for f in swift.pid_files.values())
-    assert not spark.pid_file.exists()
+    assert not spark.pid_file.exists() and not registry_server().pid_file.exists()

@@ -1,0 +1,246 @@
+"""Avro: a schema's Arrow type, the converter from fastavro's values to it, and reading one record.
+
+The type and the converter come from one walk of the schema (`compile`), so they cannot
+disagree on a branch or a logical type. Values are read by fastavro's `schemaless_reader`,
+which also resolves a record written with one schema version to a reader version (defaults
+for added fields, dropped removed fields, promotions); named types in unions come back as
+`(name, value)` pairs so a union's branch is known by name, not guessed.
+
+The mapping, and why where there was a choice:
+    record -> struct; a field is nullable only if its type is a union with null
+    ["null", T] (either order) -> T, nullable
+    any other union -> struct<member0, member1, ...>, one nullable field per non-null branch,
+        the one written set: Spark's Avro reader names them so (it also narrows [int, long] to
+        long and [float, double] to double; we keep the struct, one rule for every union)
+    enum -> string (the symbol); fixed -> fixed_size_binary(size); bytes -> binary
+    string -> string; int -> int32; long -> int64; float -> float32; double -> float64
+    decimal (bytes or fixed) -> decimal128(precision, scale), decimal256 past precision 38:
+        the scale is the type's, so Decimal('12.30') stays 12.30
+    date -> date32; time-millis -> time32('ms'); time-micros -> time64('us')
+    timestamp-millis/micros/nanos -> timestamp('ms'/'us'/'ns', 'UTC'); local-timestamp-* -> no tz
+    uuid -> string; array -> list; map -> map<string, T>
+    a logical type that is not valid (a decimal without precision) or not known -> its base type
+A record that contains itself (a linked list, a tree) has no Arrow type of finite depth: it is
+refused with a SchemaError naming the record.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import io
+import uuid
+from functools import lru_cache
+from typing import Any, Callable, NamedTuple
+
+import fastavro
+import pyarrow as pa
+from fastavro.read import SchemaResolutionError
+
+from matos_dagster.core.schemas.errors import SchemaError
+from matos_dagster.core.schemas.sources import AVRO, Schema, parse_json
+
+__all__ = ["Compiled", "SchemaResolutionError", "compile", "read"]  # decode tells resolution errors apart
+
+Convert = Callable[[Any], Any] | None  # None: the value is already what Arrow takes
+
+PRIMITIVES = {
+    "null": pa.null(), "boolean": pa.bool_(), "int": pa.int32(), "long": pa.int64(), "float": pa.float32(),
+    "double": pa.float64(), "bytes": pa.binary(), "string": pa.string(),
+}
+_TIMESTAMPS = {
+    "timestamp-millis": ("ms", "UTC"), "timestamp-micros": ("us", "UTC"), "timestamp-nanos": ("ns", "UTC"),
+    "local-timestamp-millis": ("ms", None), "local-timestamp-micros": ("us", None),
+    "local-timestamp-nanos": ("ns", None),
+}
+
+
+class Compiled(NamedTuple):
+    parsed: Any  # fastavro's parsed schema, for schemaless_reader
+    type: pa.DataType
+    convert: Convert
+
+
+@lru_cache(maxsize=256)
+def compile(schema: Schema) -> Compiled:
+    """The parsed schema, its Arrow type and converter (cached per process by the schema itself)."""
+    if schema.schema_type != AVRO:
+        raise SchemaError(f"schema {schema.id} is {schema.schema_type}, not AVRO")
+    named: dict[str, Any] = {}
+    parsed = _parse(schema, named)
+    arrow, _, convert = _walk(parsed, named, ())
+    return Compiled(parsed, arrow, convert)
+
+
+def read(payload: bytes, writer: Compiled, reader: Compiled | None = None) -> Any:
+    """One record written with `writer`, as `reader` (None: the writer) sees it, converted for Arrow.
+
+    Raises SchemaResolutionError if the writer's record cannot be read as the reader's, and
+    ValueError (or what fastavro raises) for a corrupt payload.
+    """
+    buf = io.BytesIO(payload)
+    value = fastavro.schemaless_reader(buf, writer.parsed, None if reader is None or reader is writer
+                                       else reader.parsed, return_named_type=True)
+    left = len(payload) - buf.tell()
+    if left:
+        raise ValueError(f"{left} bytes left after the record")
+    convert = (reader or writer).convert
+    return value if convert is None else convert(value)
+
+
+def _parse(schema: Schema, named: dict[str, Any]) -> Any:
+    # References first: they define the named types the schema uses.
+    for ref in schema.references:
+        _parse(ref.schema, named)
+    try:
+        return fastavro.parse_schema(parse_json(schema.text, f"schema {schema.id}"), named_schemas=named)
+    except Exception as e:  # fastavro's SchemaParseException, UnknownType, ...
+        raise SchemaError(f"schema {schema.id} is not a valid Avro schema: {e}") from None
+
+
+def _walk(node: Any, named: dict, stack: tuple[str, ...]) -> tuple[pa.DataType, bool, Convert]:
+    """(Arrow type, nullable, converter) of a schema node."""
+    if isinstance(node, str):
+        if node in PRIMITIVES:
+            return PRIMITIVES[node], node == "null", None
+        if node not in named:
+            raise SchemaError(f"unknown Avro type {node}")
+        node = named[node]
+    if isinstance(node, list):
+        return _union(node, named, stack)
+    kind = node["type"]
+    logical = _logical(node)
+    if logical is not None:
+        return logical
+    if kind == "record" or kind == "error":
+        name = node["name"]
+        if name in stack:
+            raise SchemaError(f"record {name} contains itself ({' -> '.join(stack + (name,))}): "
+                              "a recursive record has no Arrow type")
+        fields, converts = [], []
+        for f in node["fields"]:
+            t, nullable, c = _walk(f["type"], named, stack + (name,))
+            fields.append(pa.field(f["name"], t, nullable=nullable))
+            if c is not None:
+                converts.append((f["name"], c))
+        return pa.struct(fields), False, _record(converts) if converts else None
+    if kind == "enum":
+        return pa.string(), False, None
+    if kind == "fixed":
+        return pa.binary(node["size"]), False, None
+    if kind == "array":
+        t, nullable, c = _walk(node["items"], named, stack)
+        return pa.list_(pa.field("item", t, nullable=nullable)), False, _each(c)
+    if kind == "map":
+        t, nullable, c = _walk(node["values"], named, stack)
+        mapped = pa.map_(pa.string(), pa.field("value", t, nullable=nullable))
+        return mapped, False, None if c is None else (lambda d: [(k, c(v)) for k, v in d.items()])
+    # {"type": "int"} and the like, or a named type's name as "type".
+    return _walk(kind, named, stack)
+
+
+def _logical(node: dict) -> tuple[pa.DataType, bool, Convert] | None:
+    logical, kind = node.get("logicalType"), node["type"]
+    if logical == "decimal" and kind in ("bytes", "fixed"):
+        precision, scale = node.get("precision"), node.get("scale", 0)
+        if isinstance(precision, int) and isinstance(scale, int) and 0 <= scale <= precision and 0 < precision <= 76:
+            return (pa.decimal128 if precision <= 38 else pa.decimal256)(precision, scale), False, None
+    elif logical == "date" and kind == "int":
+        return pa.date32(), False, None
+    elif logical == "time-millis" and kind == "int":
+        return pa.time32("ms"), False, None
+    elif logical == "time-micros" and kind == "long":
+        return pa.time64("us"), False, None
+    elif logical in _TIMESTAMPS and kind == "long":
+        return pa.timestamp(*_TIMESTAMPS[logical]), False, None  # fastavro gives datetimes, or ints for nanos
+    elif logical == "uuid" and kind in ("string", "fixed"):
+        return pa.string(), False, str  # fastavro gives uuid.UUID
+    return None
+
+
+def _union(branches: list, named: dict, stack: tuple[str, ...]) -> tuple[pa.DataType, bool, Convert]:
+    others = [b for b in branches if b != "null"]
+    nullable = len(others) < len(branches)
+    if not others:
+        return pa.null(), True, None
+    if len(others) == 1:
+        t, _, c = _walk(others[0], named, stack)
+        return t, nullable, None if c is None and _name(others[0], named) is None else _unwrap(c)
+    fields, pickers = [], []
+    for i, branch in enumerate(others):
+        t, _, c = _walk(branch, named, stack)
+        fields.append(pa.field(f"member{i}", t))
+        pickers.append((f"member{i}", _name(branch, named), _python_kind(branch, named), c))
+    return pa.struct(fields), nullable, _members(pickers)
+
+
+def _name(branch: Any, named: dict) -> str | None:
+    """The full name of a named branch (record, enum, fixed): fastavro tags its values with it."""
+    node = named.get(branch) if isinstance(branch, str) else branch
+    return node.get("name") if isinstance(node, dict) and node.get("type") in ("record", "error", "enum",
+                                                                               "fixed") else None
+
+
+def _python_kind(branch: Any, named: dict) -> Callable[[Any], bool]:
+    """How to tell a value of this (unnamed) branch among fastavro's Python values."""
+    node = {"type": branch} if isinstance(branch, str) else branch
+    kind, logical = node["type"], node.get("logicalType")
+    if isinstance(kind, str) and kind in named:
+        return lambda v: False
+    if logical in _TIMESTAMPS and logical.endswith("nanos"):
+        return lambda v: isinstance(v, int) and not isinstance(v, bool)
+    if logical in _TIMESTAMPS:
+        aware = not logical.startswith("local")
+        return lambda v: isinstance(v, datetime.datetime) and (v.tzinfo is not None) == aware
+    by_logical = {"decimal": decimal.Decimal, "uuid": uuid.UUID, "time-millis": datetime.time,
+                  "time-micros": datetime.time}
+    if logical in by_logical and _logical(node) is not None:
+        return lambda v, cls=by_logical[logical]: isinstance(v, cls)
+    if logical == "date" and kind == "int":
+        return lambda v: isinstance(v, datetime.date) and not isinstance(v, datetime.datetime)
+    if kind == "boolean":
+        return lambda v: isinstance(v, bool)
+    if kind == "int":  # [int, long] both take Python ints: the narrower first, by value
+        return lambda v: isinstance(v, int) and not isinstance(v, bool) and -2**31 <= v < 2**31
+    if kind == "long":
+        return lambda v: isinstance(v, int) and not isinstance(v, bool)
+    simple = {"float": float, "double": float, "string": str, "bytes": bytes, "array": list, "map": dict}
+    return lambda v, cls=simple.get(kind, type(None)): isinstance(v, cls)
+
+
+def _members(pickers: list) -> Callable[[Any], Any]:
+    def convert(v: Any) -> Any:
+        if v is None:
+            return None
+        if isinstance(v, tuple):  # (name, value) of a named branch
+            name, v = v
+            for member, branch_name, _, c in pickers:
+                if branch_name == name:
+                    return {member: v if c is None else c(v)}
+            raise ValueError(f"no union branch named {name}")
+        for member, _, matches, c in pickers:
+            if matches(v):
+                return {member: v if c is None else c(v)}
+        raise ValueError(f"no union branch for a {type(v).__name__}")
+    return convert
+
+
+def _unwrap(c: Convert) -> Convert:
+    # A union with null whose one branch is named still tags its values: (name, value).
+    def convert(v: Any) -> Any:
+        if isinstance(v, tuple):
+            v = v[1]
+        return v if v is None or c is None else c(v)
+    return convert
+
+
+def _record(converts: list[tuple[str, Callable]]) -> Callable[[dict], dict]:
+    def convert(d: dict) -> dict:
+        for name, c in converts:  # fastavro's dict is fresh for every record: changed in place
+            d[name] = c(d[name])
+        return d
+    return convert
+
+
+def _each(c: Convert) -> Convert:
+    return None if c is None else (lambda items: [c(v) for v in items])
