@@ -4,6 +4,7 @@ stopped by PID, and dagster.postgres.yaml an instance on it with dagster.yaml's 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -153,7 +154,7 @@ def test_the_local_stack_runs_postgres_only_when_asked_and_down_stops_it(monkeyp
             monkeypatch.setenv("MATOS_DEVSTACK_DAGSTER_STORAGE", "sqlite")
             pid = server.pid()
             assert main(["down"]) == 0
-            assert f"stopped postgres        PID {pid}" in capsys.readouterr().out
+            assert re.search(rf"stopped postgres +PID {pid}\b", capsys.readouterr().out)
             assert server.pid() is None and not process.pid_alive(pid)
         finally:
             server.stop()
