@@ -19,6 +19,7 @@ from matos_dagster.core.iceberg.hooks import TableState, table_state
 from matos_dagster.core.iceberg.plan import TableError
 from matos_dagster.core.offsets.ranges import KEY_FORM, OffsetRange, parse_key
 from matos_dagster.core.runs import heartbeat, offset_order, turns
+from matos_dagster.core.schemas import typed
 from matos_dagster.core.topics import TopicConfig
 from matos_dagster.dead_runs import beating, waits_for
 from matos_dagster.resources import KafkaResource, SparkResource, SwiftResource
@@ -72,7 +73,10 @@ def archive_asset(topic: TopicConfig) -> AssetsDefinition:
             # each archive_range start from that, or from what the range before left (archive.in_turn).
             checked = check(kafka, r, topic.group)
             # Spark only if there is something to write: a range already archived is only verified.
-            archive = in_turn(topic, kafka, store, lambda: spark.spark_session, checked, say=context.log.info)
+            # The topic's typed columns, with the MATOS_SCHEMA_REGISTRY_* settings (None: bytes only).
+            typing = typed.for_topic(topic)
+            archive = in_turn(topic, kafka, store, lambda: spark.spark_session, checked, say=context.log.info,
+                              typing=typing)
 
             # The pending ranges below this one first, in offset order (offset_order.py).
             def keys():
@@ -212,6 +216,10 @@ def metadata(done: Archived, location: str, now: float | None = None) -> dict:
         "swift_location": MetadataValue.url(location),
         "manifest": MetadataValue.text(done.manifest_name),
     }
+    for side, t in m.get("typed", {}).items():  # a typed topic's: records decoded and not, per side
+        meta[f"{side}_decoded"] = MetadataValue.int(t["decoded"])
+        meta[f"{side}_failed"] = MetadataValue.int(t["failed"])
+        meta[f"{side}_schema_ids"] = MetadataValue.text(", ".join(map(str, t["schema_ids"])) or "none")
     if done.reader:  # which slice reader read the records (native or python): see README, Install
         meta["reader"] = MetadataValue.text(done.reader)
     if done.committed_after is not None:

@@ -9,7 +9,9 @@ window `[start, end)` (None: open) and the time window `[since_ms, until_ms)` of
 timestamps in milliseconds (None: open; a record without a timestamp never falls in a time
 window). Only what can hold selected records is fetched: range folders are chosen by the
 offsets in their names, manifests by their offsets and min/max timestamps, objects by
-theirs; rows are then filtered exactly. A range without a manifest is not archived and is
+theirs; rows are then filtered exactly. A typed topic's typed columns follow the raw ones, in
+one type across the objects read (records/unify.py: a struct that gained fields has them all,
+null in the older objects' rows). A range without a manifest is not archived and is
 never read, whatever objects its folder holds; an acknowledged loss holds no records and is
 skipped with a note (an `AcknowledgedLoss` warning, or `say`).
 
@@ -27,6 +29,7 @@ No Dagster imports.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
@@ -35,10 +38,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from matos_dagster.core.offsets.ranges import OFFSET_WIDTH
+from matos_dagster.core.records import unify
 from matos_dagster.core.records.objects import decode
 from matos_dagster.core.records.schema import SCHEMA
+from matos_dagster.core.spark.frames import frame_types
 from matos_dagster.core.spark.tasks import item_frame
 from matos_dagster.core.swift.archived import LOSS, RANGE, Entry, PartitionArchive, archived_partitions
+from matos_dagster.core.swift.footers import object_schemas
 from matos_dagster.core.swift.store import Store, SwiftParams
 
 
@@ -250,7 +256,9 @@ def read_table(
     scan_all: bool = False,
     say: Callable[[str], None] | None = None,
 ) -> pa.Table:
-    """The selected archived records as one Arrow table (`SCHEMA`), sorted by partition, offset.
+    """The selected archived records as one Arrow table, sorted by partition, offset: `SCHEMA`, then
+    the typed columns of the objects that have them (`unify.concat`: one type, null where an
+    object lacks a column).
 
     Reads on this process: for what fits in memory. For more, use `read_dataframe`. `scan_all`
     and `say` (where notes on acknowledged losses go; default: an `AcknowledgedLoss` warning):
@@ -270,7 +278,7 @@ def read_table(
             store.close()
     if not tables:
         return SCHEMA.empty_table()
-    return pa.concat_tables(tables).sort_by([("partition", "ascending"), ("offset", "ascending")])
+    return unify.concat(tables, topic).sort_by([("partition", "ascending"), ("offset", "ascending")])
 
 
 # -- Spark -------------------------------------------------------------------------------
@@ -292,6 +300,7 @@ class ObjectTask:
     format: str
     window: Window
     swift: SwiftParams
+    schema: pa.Schema | None = None  # a typed read's: what the task casts its rows to (None: SPARK_SCHEMA)
 
 
 def read_dataframe(
@@ -314,26 +323,37 @@ def read_dataframe(
     memory and yields its filtered rows: nothing passes through the driver or a local disk.
     Spark partitions follow the objects in partition, offset order, so the rows of `collect()`
     are in that order too; anything that shuffles (joins, `groupBy`) needs its own `orderBy`.
-    Timestamps are Spark timestamps (UTC).
+    Timestamps are Spark timestamps (UTC). Typed columns follow the raw ones when the objects
+    have them, typed as `read_table` types them: the driver reads the footers of the objects of
+    typed ranges (one small GET each, no record) to know their types before the tasks run.
     """
     with Store(params) as store:
         windows = windows_for(store, prefix, topic, partitions, start, end, since_ms, until_ms)
         by_partition = {w.partition: w for w in windows}
-        tasks = [
-            ObjectTask(o["name"], doc["format"], by_partition[doc["partition"]], params)
-            for doc in _selected(store, prefix, topic, windows, scan_all, say)
-            for o in needed_objects(doc, by_partition[doc["partition"]])
-        ]
+        tasks, typed_objects = [], []
+        for doc in _selected(store, prefix, topic, windows, scan_all, say):
+            for o in needed_objects(doc, by_partition[doc["partition"]]):
+                tasks.append(ObjectTask(o["name"], doc["format"], by_partition[doc["partition"]], params))
+                if "typed" in doc:  # a typed range's manifest says so (swift/manifest.py); others have none
+                    typed_objects.append(o["name"])
+        schemas = object_schemas(params, typed_objects, store) if typed_objects else []
+        typed = unify.typed_fields(unify.unify(schemas, topic)) if schemas else []
     if not tasks:
         return spark.createDataFrame([], SPARK_DDL)
-    return item_frame(spark, tasks, _object_batches, SPARK_DDL)
+    if not typed:
+        return item_frame(spark, tasks, _object_batches, SPARK_DDL)
+    struct, arrow = frame_types(SPARK_SCHEMA, typed)
+    return item_frame(spark, [dataclasses.replace(t, schema=arrow) for t in tasks], _object_batches, struct)
 
 
 def _object_batches(task: ObjectTask) -> Iterator[pa.RecordBatch]:
-    """Runs on an executor: the selected rows of one object, typed as SPARK_DDL says."""
+    """Runs on an executor: the selected rows of one object, typed as SPARK_DDL (and the typed columns) say."""
     with Store(task.swift) as store:
         table = filter_rows(read_object(store, task.name, task.format), task.window)
-    yield from table.cast(SPARK_SCHEMA).to_batches()
+    if task.schema is None:
+        yield from unify.raw(table).cast(SPARK_SCHEMA).to_batches()
+    else:
+        yield from unify.conform(table, task.schema).to_batches()
 
 
 def _selected(store: Store, prefix: str, topic: str, windows: list[Window], scan_all: bool,

@@ -233,6 +233,17 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("MATOS_MONITOR_CRON", "*/5 * * * *", "When the monitor check runs on its own (cron).", kind=Cron()),
     Setting("MATOS_COMPACT_CRON", "37 * * * *",
             "When the `compact` job merges each topic's small archived ranges into large ones (cron).", kind=Cron()),
+    # Typed columns (the topics file's key_format / value_format): Confluent's Schema Registry
+    Setting("MATOS_SCHEMA_REGISTRY_URL", "",
+            "Confluent Schema Registry the typed columns' schemas come from, `http(s)://host:port`; empty: none (a "
+            "topic with `avro`, `protobuf` or `json_schema` then needs a schema file). An archive run hands it to its Spark "
+            "tasks, which ask it once for each schema id.", kind=Url(empty=True)),
+    Setting("MATOS_SCHEMA_REGISTRY_USERNAME", "",
+            "Basic-auth user of the schema registry (an API key); empty: no auth."),
+    Setting("MATOS_SCHEMA_REGISTRY_PASSWORD", "", "Basic-auth password of the schema registry (an API secret).",
+            secret=True),
+    Setting("MATOS_SCHEMA_REGISTRY_CA_FILE", "",
+            "PEM file of the CA for the registry's certificate; empty: system CAs.", kind=File()),
     # Reading in place: Swift's S3 API and the Iceberg tables (docs/operations/reading.md)
     Setting("MATOS_S3_ENDPOINT", "",
             "Swift's S3 API (s3api middleware), `http(s)://host:port`; empty: the host of Swift's storage URL.", kind=Url(empty=True)),

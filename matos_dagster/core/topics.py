@@ -6,6 +6,7 @@
       - name: orders
         group: orders-archiver
         batch: {records: 50000, age_s: 60}
+        value_format: avro     # typed columns beside the raw bytes (core/schemas/typed.py)
 
 Validated when the definitions load, so a mistake fails loudly before any run starts.
 No Dagster imports.
@@ -14,13 +15,17 @@ No Dagster imports.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from matos_dagster.core import settings
 from matos_dagster.core.offsets.ranges import OffsetRange, check_topic
+from matos_dagster.core.schemas.decode import FORMATS as VALUE_FORMATS
+from matos_dagster.core.schemas.errors import SchemaError
+from matos_dagster.core.schemas.sources import AVRO, JSON, PROTOBUF, FileSource
 from matos_dagster.core.swift import layout
 
 SWIFT_MAX_OBJECT = 5 * 1024**3  # Swift refuses single objects above 5 GiB
@@ -62,6 +67,12 @@ class TopicConfig:
     compact_span_s: float = 86400.0
     # Replaced ranges are deleted this long after the switch: longer than any read or restore.
     compact_grace_s: float = 86400.0
+    # typed columns beside the raw bytes (core/schemas/typed.py): none, avro, protobuf, json_schema, json
+    key_format: str = "none"
+    value_format: str = "none"
+    key_schema_file: str = ""  # a schema kept as a file (values not framed); empty: the schema registry
+    value_schema_file: str = ""
+    decode_strict: bool = False  # a record that does not decode fails its range
 
     @property
     def asset_name(self) -> str:
@@ -93,6 +104,15 @@ HELP = {
     "compact_min_age_s": "Compaction: ranges archived less than this ago stay as they are.",
     "compact_span_s": "Compaction: a merged range spans at most this much Kafka time.",
     "compact_grace_s": "Compaction: replaced ranges are deleted this long after the switch.",
+    "key_format": "Typed key columns beside the raw bytes: `none`, `avro`, `protobuf`, `json_schema` (Confluent wire "
+                  "format, schemas from MATOS_SCHEMA_REGISTRY_URL or key_schema_file) or `json` (schemaless). "
+                  "Parquet only.",
+    "value_format": "Typed value columns, as key_format.",
+    "key_schema_file": "The keys' schema as a file (`.avsc`, `.json` JSON Schema, a Protobuf descriptor set), "
+                       "for a topic without a registry: keys are then bare, not framed. Relative to the topics file.",
+    "value_schema_file": "The values' schema as a file, as key_schema_file.",
+    "decode_strict": "`true`: a record that does not decode fails its range, naming its offset; `false`: it is "
+                     "archived with null typed columns and its reason.",
 }
 
 _FIELDS = {f.name: f for f in fields(TopicConfig)}
@@ -100,7 +120,7 @@ _BATCH_KEYS = {"records": "batch_records", "bytes": "batch_bytes", "age_s": "bat
                "max_range_records": "max_range_records"}
 
 
-def load(path: str | Path, default_group: str | None = None) -> list[TopicConfig]:
+def load(path: str | Path, default_group: str | None = None, registry_url: str | None = None) -> list[TopicConfig]:
     path = Path(path)
     try:
         text = path.read_text()
@@ -113,12 +133,17 @@ def load(path: str | Path, default_group: str | None = None) -> list[TopicConfig
     except yaml.YAMLError as e:
         raise TopicsFileError(f"{path} is not valid YAML: {e}") from None
     try:
-        return parse(doc, default_group)
+        return parse(doc, default_group, registry_url, base=path.parent)
     except TopicsFileError as e:
         raise TopicsFileError(f"{path}: {e}") from None
 
 
-def parse(doc: Any, default_group: str | None = None) -> list[TopicConfig]:
+def parse(doc: Any, default_group: str | None = None, registry_url: str | None = None,
+          base: Path | None = None) -> list[TopicConfig]:
+    """The topics of a topics file's document. `registry_url`: MATOS_SCHEMA_REGISTRY_URL's value
+    (None: read it); `base`: where relative schema files are (the topics file's folder; None: here)."""
+    if registry_url is None:
+        registry_url = settings.get("MATOS_SCHEMA_REGISTRY_URL")
     if not isinstance(doc, dict) or not isinstance(doc.get("topics"), list) or not doc["topics"]:
         raise TopicsFileError("expected a mapping with a non-empty list `topics:` of {name: ...} entries")
     unknown = set(doc) - {"defaults", "topics"}
@@ -137,7 +162,7 @@ def parse(doc: Any, default_group: str | None = None) -> list[TopicConfig]:
         values = {**defaults, **_flatten(entry, where)}
         if "name" not in values:
             raise TopicsFileError(f"{where}: every topic needs a `name`")
-        topic = _build(values, f"{where} ({values['name']})")
+        topic = _build(values, f"{where} ({values['name']})", registry_url, base)
         if topic.asset_name in seen:
             raise TopicsFileError(
                 f"{where}: topic {topic.name!r} gives the same asset name {topic.asset_name!r} as "
@@ -167,11 +192,14 @@ def _flatten(entry: Any, where: str) -> dict[str, Any]:
     return values
 
 
-def _build(values: dict[str, Any], where: str) -> TopicConfig:
+def _build(values: dict[str, Any], where: str, registry_url: str = "", base: Path | None = None) -> TopicConfig:
     typed: dict[str, Any] = {}
     for k, v in values.items():
         want = _FIELDS[k].type
-        if want == "str":
+        if want == "bool":
+            if not isinstance(v, bool):
+                raise TopicsFileError(f"{where}: {k} must be true or false, got {v!r}")
+        elif want == "str":
             if not isinstance(v, str):
                 raise TopicsFileError(f"{where}: {k} must be a string, got {v!r}")
         elif want == "int":
@@ -215,7 +243,45 @@ def _build(values: dict[str, Any], where: str) -> TopicConfig:
         raise TopicsFileError(
             f"{where}: max_record_bytes ({topic.max_record_bytes}) must not exceed object_bytes ({topic.object_bytes})"
         )
-    return topic
+    return _check_typing(topic, where, registry_url, base)
+
+
+# The schema files each format reads (sources.FileSource), by the schema type they hold.
+_FILE_TYPES = {"avro": AVRO, "protobuf": PROTOBUF, "json_schema": JSON}
+
+
+def _check_typing(topic: TopicConfig, where: str, registry_url: str, base: Path | None) -> TopicConfig:
+    """The typed columns' keys, each refusal one line naming the key and what to change; schema
+    files resolved against `base` and read (a schema that cannot be used is refused here)."""
+    files = {}
+    for side in ("key", "value"):
+        fmt, path = getattr(topic, f"{side}_format"), getattr(topic, f"{side}_schema_file")
+        if fmt not in VALUE_FORMATS:
+            raise TopicsFileError(f"{where}: {side}_format must be one of {', '.join(VALUE_FORMATS)}, got {fmt!r}")
+        if fmt != "none" and topic.format != "parquet":
+            raise TopicsFileError(f"{where}: {side}_format {fmt} needs `format: parquet` (typed columns are written "
+                                  f"to Parquet only), got format {topic.format}")
+        if path and fmt not in _FILE_TYPES:
+            raise TopicsFileError(f"{where}: {side}_schema_file is set but {side}_format is {fmt}: set {side}_format "
+                                  f"to avro, protobuf or json_schema, or remove {side}_schema_file")
+        if path:
+            file = Path(path).expanduser()
+            file = file if file.is_absolute() or base is None else base / file
+            if not file.is_file():
+                raise TopicsFileError(f"{where}: {side}_schema_file {file} does not exist: give the path of the "
+                                      f"schema file (relative to the topics file)")
+            try:
+                schema = FileSource(file).schema
+            except (SchemaError, OSError) as e:
+                raise TopicsFileError(f"{where}: {side}_schema_file: {' '.join(str(e).split())}") from None
+            if schema.schema_type != _FILE_TYPES[fmt]:
+                raise TopicsFileError(f"{where}: {side}_schema_file {file.name} holds a schema of type "
+                                      f"{schema.schema_type}, not one for {side}_format {fmt}: change one of them")
+            files[f"{side}_schema_file"] = str(file)
+        elif fmt in _FILE_TYPES and not registry_url.strip():
+            raise TopicsFileError(f"{where}: {side}_format {fmt} takes its schemas from a schema registry and "
+                                  f"MATOS_SCHEMA_REGISTRY_URL is empty: set it, or give {side}_schema_file")
+    return replace(topic, **files) if files else topic
 
 
 def reference() -> str:
@@ -223,7 +289,8 @@ def reference() -> str:
     written = {field: f"batch.{key}" for key, field in _BATCH_KEYS.items()}
     rows = ["| key | type | default | meaning |", "| --- | --- | --- | --- |"]
     for f in fields(TopicConfig):
-        default = "(required)" if f.name == "name" else f"`{f.default}`" if f.default != "" else "(empty)"
+        shown = str(f.default).lower() if isinstance(f.default, bool) else f.default
+        default = "(required)" if f.name == "name" else f"`{shown}`" if f.default != "" else "(empty)"
         if f.name == "group":
             default = "MATOS_KAFKA_GROUP"
         rows.append(f"| `{written.get(f.name, f.name)}` | {f.type} | {default} | {HELP[f.name]} |")

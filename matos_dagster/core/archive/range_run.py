@@ -1,8 +1,10 @@
 """Archiving one offset range, exactly once: the protocol of docs/design.md, on the driver.
 
 1. validate the range against Kafka (topic, partition, log start and end offsets);
-2. run its slices as Spark tasks, each writing its own deterministically named objects;
-3. write the manifest last: only then is the range archived;
+2. run its slices as Spark tasks, each writing its own deterministically named objects (a
+   typed topic's with its typed columns, core/schemas/typed.py);
+3. archive every schema those objects name (`_schemas/`), then write the manifest last: only
+   then is the range archived;
 4. commit the consumer group's offset, forward only, to the end of the contiguous
    archived prefix, as Swift (not any local state) tells it;
 5. bring the topic's Iceberg table up to date (MATOS_ICEBERG_TABLES), once, however the
@@ -29,7 +31,9 @@ from matos_dagster.core.archive.slice_task import SliceJob, archive_slice
 from matos_dagster.core.iceberg.hooks import keep_table
 from matos_dagster.core.kafka.client import KafkaClient
 from matos_dagster.core.offsets.ranges import OffsetRange
-from matos_dagster.core.spark.tasks import run_tasks
+from matos_dagster.core.schemas import typed as typed_columns
+from matos_dagster.core.schemas.errors import RegistryUnavailable
+from matos_dagster.core.spark.tasks import run_tasks, task_error
 from matos_dagster.core.swift import layout, manifest
 from matos_dagster.core.swift.archived import LOSS, PartitionArchive
 from matos_dagster.core.swift.store import Store
@@ -40,6 +44,11 @@ log = logging.getLogger(__name__)
 
 class RangeRefused(ValueError):
     """The range cannot be archived as asked; nothing was written."""
+
+
+class Undecodable(RangeRefused):
+    """decode_strict: a record of the range does not decode (which, and why). Nothing is committed;
+    objects an attempt wrote are removed by the archive of the range that succeeds."""
 
 
 class DataLoss(RuntimeError):
@@ -87,13 +96,18 @@ def archive_range(
     spark: Any,
     say: Callable[[str], None] = log.info,
     checked: Checked | None = None,
+    typing: typed_columns.Typing | None = None,
 ) -> Archived:
     """Archive `r` (the steps above). `spark`: a session, or a function that makes one, called
     only if Spark tasks are needed (a range already archived needs none). `checked`: what the
-    run learnt of the partition already (`check`, `in_turn`); None: Kafka is asked here."""
+    run learnt of the partition already (`check`, `in_turn`); None: Kafka is asked here.
+    `typing`: the topic's typed columns; None: as the topic and the MATOS_SCHEMA_REGISTRY_*
+    settings say (`typed.for_topic`, None for a topic of bytes only)."""
     t0 = time.monotonic()
     prefix = layout.join(store.params.prefix, topic.prefix)
-    done = _archive(r, topic, kafka, store, spark, say, checked, prefix)
+    if typing is None:
+        typing = typed_columns.for_topic(topic)
+    done = _archive(r, topic, kafka, store, spark, say, checked, prefix, typing)
     # The Iceberg step, here only, whichever way the range ended archived and committed (written
     # now; found archived and committed; its records expired from Kafka and the archive verified):
     # this range and any a crashed run left out, one commit; a rerun of a range whose run died
@@ -106,7 +120,8 @@ def archive_range(
 
 
 def _archive(r: OffsetRange, topic: TopicConfig, kafka: KafkaClient, store: Store, spark: Any,
-             say: Callable[[str], None], checked: Checked | None, prefix: str) -> Archived:
+             say: Callable[[str], None], checked: Checked | None, prefix: str,
+             typing: typed_columns.Typing | None) -> Archived:
     """Steps 1-4 of `archive_range`: the range archived and the group's offset committed, or found
     archived and only verified. Its `duration_s` is left to `archive_range`, which times the table
     step too."""
@@ -168,6 +183,7 @@ def _archive(r: OffsetRange, topic: TopicConfig, kafka: KafkaClient, store: Stor
             format=topic.format,
             object_bytes=topic.object_bytes,
             max_record_bytes=topic.max_record_bytes,
+            typing=typing,
         )
         for s in slices
     ]
@@ -177,19 +193,42 @@ def _archive(r: OffsetRange, topic: TopicConfig, kafka: KafkaClient, store: Stor
     # idle one whose broker went away, say in a rolling restart, retries its connection every 12
     # ms, a log line each), and the questions after it make new ones.
     kafka.release_clients()
-    objects = [o for written in run_tasks(session, archive_slice, jobs, f"archive {r}") for o in written]
+    objects = _run_slices(session, jobs, r)
     reader = ", ".join(sorted({o.pop("reader") for o in objects if "reader" in o}))
     if reader:
         say(f"{r}: records read by the {reader} slice reader (MATOS_NATIVE_READER=false turns the native one off)")
     faults.at("after-objects")
 
-    doc = manifest.build(r, topic.format, objects)
+    formats = None
+    if typing is not None:
+        formats = {side: s.format for side, s, _ in typing.sides}
+        ids = {side: {i for o in objects for i in o["typed"][side]["schema_ids"]} for side in formats}
+        archived = typed_columns.archive_schemas(store, prefix, r.topic, typing, ids)
+        if archived:
+            say(f"{r}: schemas {', '.join(map(str, archived))} archived beside the records (_schemas/)")
+    doc = manifest.build(r, topic.format, objects, formats)
     store.put_json(name, doc)
     faults.at("after-manifest")
     notes = _remove_strays(store, layout.range_dir(prefix, r), doc)
     after = advance(kafka, store, prefix, topic, r.partition, low)
     faults.at("after-commit")
     return Archived(r, name, doc, False, committed_before, after, 0.0, len(jobs), notes, log_end=high, reader=reader)
+
+
+def _run_slices(session: Any, jobs: list[SliceJob], r: OffsetRange) -> list[dict]:
+    """Every object's manifest entry. A task's RegistryUnavailable (retried by Spark first) is
+    raised as what it is; a slice refused for a record that does not decode raises Undecodable."""
+    try:
+        written = run_tasks(session, archive_slice, jobs, f"archive {r}")
+    except Exception as e:
+        failed = task_error(e, RegistryUnavailable)
+        if failed is None:
+            raise
+        raise RegistryUnavailable(f"{r}: {failed}; nothing was committed, a later run archives the range") from None
+    refused = [o["refused"] for objects in written for o in objects if "refused" in o]
+    if refused:
+        raise Undecodable(refused[0])
+    return [o for objects in written for o in objects]
 
 
 @dataclass(frozen=True)
@@ -214,7 +253,8 @@ def check(kafka: KafkaClient, r: OffsetRange, group: str | None) -> Checked:
 
 
 def in_turn(topic: TopicConfig, kafka: KafkaClient, store: Store, spark: Any, checked: Checked,
-            say: Callable[[str], None] = log.info) -> Callable[[OffsetRange], Archived]:
+            say: Callable[[str], None] = log.info,
+            typing: typed_columns.Typing | None = None) -> Callable[[OffsetRange], Archived]:
     """`archive_range` for the ranges a run archives one after another in its partition's turn
     (those below its own first, offset_order.py, then its own), from one `check`.
 
@@ -227,7 +267,7 @@ def in_turn(topic: TopicConfig, kafka: KafkaClient, store: Store, spark: Any, ch
 
     def archive(r: OffsetRange) -> Archived:
         nonlocal known
-        done = archive_range(r, topic, kafka, store, spark, say, checked=known)
+        done = archive_range(r, topic, kafka, store, spark, say, checked=known, typing=typing)
         known = Checked(done.committed_after)
         return done
 

@@ -55,6 +55,9 @@ class SliceJob:
     # below the log end offset are either records, holes or a still-open transaction; only
     # the last can keep us waiting, and not forever.
     stall_timeout_s: float = 120.0
+    # The topic's typed columns (core/schemas/typed.py `Typing`), None for bytes only. Its
+    # registry password, if any, is in no repr.
+    typing: Any = None
 
 
 def archive_slice(job: SliceJob) -> list[dict]:
@@ -63,13 +66,23 @@ def archive_slice(job: SliceJob) -> list[dict]:
     Read by the native reader (matos_dagster/core/archive/native: librdkafka straight into Arrow) when it is
     built and not turned off (MATOS_NATIVE_READER=false), else by the Python loop; both write the
     same bytes. Each entry says which one read it (`reader`), and the choice is logged.
+    A typed topic with decode_strict whose record does not decode gives one entry, `refused`,
+    saying which and why: not raised, since Spark would only retry what cannot change.
     """
+    refused: tuple[type[Exception], ...] = ()
+    if job.typing is not None:
+        from matos_dagster.core.schemas.typed import Undecodable
+
+        refused = (Undecodable,)
     why_not = native.why_not(job.kafka_conf)
-    if why_not is None:
-        log.info("slice %s: native reader", job.slice)
-        return [{**o, "reader": "native"} for o in _archive_native(job)]
-    log.warning("slice %s: Python reader (%s)", job.slice, why_not)
-    return [{**o, "reader": "python"} for o in _archive_python(job)]
+    try:
+        if why_not is None:
+            log.info("slice %s: native reader", job.slice)
+            return [{**o, "reader": "native"} for o in _archive_native(job)]
+        log.warning("slice %s: Python reader (%s)", job.slice, why_not)
+        return [{**o, "reader": "python"} for o in _archive_python(job)]
+    except refused as e:
+        return [{"refused": str(e)}]
 
 
 def consumer_conf(kafka_conf: dict[str, Any], group: str) -> dict[str, Any]:
@@ -108,7 +121,7 @@ def consumer_conf(kafka_conf: dict[str, Any], group: str) -> dict[str, Any]:
 def _new_batch(job: SliceJob) -> Batch:
     # With the format, every 4 MiB chunk is encoded as it is sealed and released: the task
     # holds one chunk of rows and the encoded object, not the object's rows (memory).
-    return Batch(job.slice.topic, job.slice.partition, fmt=job.format)
+    return Batch(job.slice.topic, job.slice.partition, fmt=job.format, typing=job.typing)
 
 
 def _too_large(job: SliceJob, offset: int, size: int) -> RecordTooLarge:
@@ -321,8 +334,9 @@ def _finish(batch: Batch, job: SliceJob) -> tuple[str, bytes, dict]:
     writer = batch.writer(job.format)
     data = writer.finish()
     name = layout.object_name(job.directory, stats["first_offset"], job.format)
+    typed = batch.typed()
     return name, data, {"name": name, "bytes": len(data), "md5": writer.md5, "record_bytes": batch.nbytes,
-                        "largest_record_bytes": batch.largest, **stats}
+                        "largest_record_bytes": batch.largest, **stats, **({"typed": typed} if typed else {})}
 
 
 def _upload(store: Store, name: str, data: bytes, entry: dict) -> dict:

@@ -3,7 +3,13 @@
 `merge_group` runs on an executor: it reads the group's objects from Swift, checks each
 against its manifest (md5, record count, offset order), and writes the records, unchanged,
 into objects of at most `object_bytes` record bytes, cut by the slice task's rule, so a retry
-rewrites the same objects. No Dagster imports.
+rewrites the same objects.
+
+A typed topic's objects keep their typed columns. Objects of a group whose typed columns differ
+(a schema that gained a field) are written in one schema (records/unify.py: every version's
+fields, null where a record's object lacked them), each merged object that of the records it
+holds; the raw columns are the records' bytes, unchanged. An untyped group's objects are
+exactly what they always were. No Dagster imports.
 """
 
 from __future__ import annotations
@@ -16,7 +22,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from matos_dagster.core.offsets.ranges import OffsetRange
+from matos_dagster.core.records import unify
 from matos_dagster.core.records.objects import decode, encode_hashed
+from matos_dagster.core.records.schema import SCHEMA
 from matos_dagster.core.swift import layout
 from matos_dagster.core.swift.store import Store, SwiftParams
 
@@ -101,7 +109,7 @@ def row_sizes(table: pa.Table) -> np.ndarray:
 
 
 def _flush(tables: list[pa.Table], nbytes: int, job: MergeJob, store: Store) -> dict:
-    table = pa.concat_tables(tables).combine_chunks()
+    table = unify.concat(tables, str(job.range)).combine_chunks()
     offsets = table["offset"]
     ts = table["timestamp"].cast(pa.int64())
     known = pc.min_max(ts)
@@ -112,8 +120,38 @@ def _flush(tables: list[pa.Table], nbytes: int, job: MergeJob, store: Store) -> 
         "min_timestamp": known["min"].as_py(),
         "max_timestamp": known["max"].as_py(),
     }
-    data, md5 = encode_hashed(table, job.format)
+    typed = unify.typed_fields(table.schema)
+    if typed:
+        data, md5 = encode_hashed(table, job.format, pa.schema([*SCHEMA, *typed]))
+        stats["typed"] = typed_stats(table.schema, tables)
+    else:
+        data, md5 = encode_hashed(table, job.format)
     name = layout.object_name(job.directory, stats["first_offset"], job.format)
     store.put(name, data, md5=md5)
     return {"name": name, "bytes": len(data), "md5": md5, "record_bytes": nbytes, **stats}
 
+
+def typed_stats(schema: pa.Schema, tables: list[pa.Table]) -> dict:
+    """A merged object's manifest entry `typed` (swift/manifest.py), counted from its rows (`tables`,
+    before they were made one `schema`; rows of an untyped object count for no side): per typed
+    side its format and reader schema id (its `<side>_data` column's: the newest object's), the
+    schema ids its records name, and how many decoded, failed (an error) and were null."""
+    out = {}
+    for side in unify.SIDES:
+        if f"{side}_data" not in schema.names:
+            continue
+        meta = schema.field(f"{side}_data").metadata or {}
+        reader = meta.get(b"reader_schema_id")
+        ids: set[int] = set()
+        counts = {"decoded": 0, "failed": 0, "nulls": 0}
+        for t in tables:
+            if f"{side}_data" not in t.column_names:
+                continue
+            nulls, failed = t[side].null_count, t.num_rows - t[f"{side}_error"].null_count
+            counts["decoded"] += t.num_rows - nulls - failed
+            counts["failed"] += failed
+            counts["nulls"] += nulls
+            ids.update(pc.unique(t[f"{side}_schema_id"].drop_null()).to_pylist())
+        out[side] = {"format": meta.get(b"format", b"").decode(),
+                     "reader_schema_id": None if reader is None else int(reader), "schema_ids": sorted(ids), **counts}
+    return out

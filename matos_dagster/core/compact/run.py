@@ -227,7 +227,9 @@ def _switch(g: Group, job: MergeJob, written: list[dict], docs, archive: Partiti
             prefix: str, say, res: PartitionResult) -> bool:
     r, fmt, objects_in = job.range, job.format, job.inputs
     inputs = [docs[(m.start, m.end)] for m in g.members]
-    doc = manifest.build(r, fmt, written)
+    # A typed topic's: the typed sides of the replaced ranges, whose counts the merged objects keep.
+    typed = {side: t["format"] for d in inputs for side, t in d.get("typed", {}).items()}
+    doc = manifest.build(r, fmt, written, typed) if typed else manifest.build(r, fmt, written)
     doc["record_bytes"] = sum(int(d.get("record_bytes", 0)) for d in inputs)
     doc["replaces"] = [[m.start, m.end] for m in g.members]
     for k, want in (("records", sum(d["records"] for d in inputs)),
@@ -238,6 +240,12 @@ def _switch(g: Group, job: MergeJob, written: list[dict], docs, archive: Partiti
         if doc[k] != want:
             raise CompactionError(f"{r}: the merged objects have {k} {doc[k]}, the replaced manifests {want}; "
                                   "nothing was switched")
+    for side in typed:
+        for k in ("decoded", "failed", "nulls"):
+            have, want = doc["typed"][side][k], sum(d["typed"][side][k] for d in inputs if side in d.get("typed", {}))
+            if have != want:
+                raise CompactionError(f"{r}: the merged objects have {have} {k} {side}s, the replaced manifests "
+                                      f"{want}; nothing was switched")
 
     # The switch. Right before it, the entries over [a, c) must still be the group's own: a
     # run that raced us and switched first leaves either this very range (same bytes: done)

@@ -41,6 +41,7 @@ class Step:
     records: int = 0  # records the added objects hold
     ranges: list[tuple[int, int]] = field(default_factory=list)  # the archived ranges added
     replace: tuple[int, int] | None = None  # the table's files inside these offsets are dropped
+    typed: bool = False  # a manifest of a typed topic's range among them: its objects have typed columns
 
     @property
     def empty(self) -> bool:
@@ -69,7 +70,7 @@ def catch_up(partition: int, base: int, entries: Iterable[tuple[Entry, Manifest 
     an acknowledged loss, which adds nothing and is passed over like the committed offset passes over
     it). Stops at the first hole, or at a range whose manifest vanished (read next time).
     """
-    pos, adds, records, ranges, replace = base, [], 0, [], None
+    pos, adds, records, ranges, replace, typed = base, [], 0, [], None, False
     for e, doc in entries:
         if e.start > pos or e.end <= pos:
             break  # a hole: later ranges wait for it to be archived
@@ -87,9 +88,15 @@ def catch_up(partition: int, base: int, entries: Iterable[tuple[Entry, Manifest 
                 replace = (e.start, pos)  # a compacted range reaching below the watermark
             adds.extend(o.name for o in doc.objects)
             records += doc.records
+            typed = typed or is_typed(doc)
             ranges.append(e.span)
         pos = e.end
-    return Step(partition, pos, tuple(adds), records, ranges, replace)
+    return Step(partition, pos, tuple(adds), records, ranges, replace, typed)
+
+
+def is_typed(doc: Manifest) -> bool:
+    """Whether the range's objects have typed columns: its manifest counts them (swift/manifest.py)."""
+    return isinstance(getattr(doc, "typed", None), dict)
 
 
 def first_base(first: Entry | None) -> int:

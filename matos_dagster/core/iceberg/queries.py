@@ -64,8 +64,12 @@ def spark_frame(spark, table):
     each once), through Swift's S3 API: one task a file, each reading it with pyarrow over the
     `s3.*` properties the table was loaded with (nothing added to Spark's classpath).
     Use it as a view: `spark_frame(spark, table).createOrReplaceTempView("demo")`, then Spark SQL.
+    A typed topic's table has its typed columns after the raw ones, as its schema has them (a file
+    without one, or with an older struct, reads null there): `SELECT value_data.customer.id ...`.
     """
-    from matos_dagster.core.reader import SPARK_DDL
+    from matos_dagster.core.reader import SPARK_DDL, SPARK_SCHEMA
+    from matos_dagster.core.records.unify import typed_fields
+    from matos_dagster.core.spark.frames import frame_types
     from matos_dagster.core.spark.tasks import item_frame
 
     props = table.io.properties
@@ -81,22 +85,33 @@ def spark_frame(spark, table):
             raise TableError(f"{task.file.file_path} has delete files in the table: it is not the product's; "
                              "rebuild it (the iceberg_table job, rebuild: true)")
         files.append(task.file.file_path)
+    typed = typed_fields(table.schema().as_arrow())
+    if not typed:
+        if not files:
+            return spark.createDataFrame([], SPARK_DDL)
+        return item_frame(spark, [(s3, f) for f in sorted(files)], _file_batches, SPARK_DDL)
+    struct, arrow = frame_types(SPARK_SCHEMA, typed)
     if not files:
-        return spark.createDataFrame([], SPARK_DDL)
-    return item_frame(spark, [(s3, f) for f in sorted(files)], _file_batches, SPARK_DDL)
+        return spark.createDataFrame([], struct)
+    return item_frame(spark, [(s3, f, arrow) for f in sorted(files)], _file_batches, struct)
 
 
 def _file_batches(item):
-    """Runs on an executor: one data file of the table, read over the S3 API, typed as SPARK_DDL."""
+    """Runs on an executor: one data file of the table, read over the S3 API, typed as SPARK_DDL
+    (and a typed table's columns, in the item: the file's own cast to them, those it lacks null)."""
     import pyarrow.parquet as pq
     from pyarrow import fs
 
     from matos_dagster.core.reader import SPARK_SCHEMA
+    from matos_dagster.core.records.unify import conform
 
-    s3, path = item
+    s3, path, *typed = item
     u = urlsplit(s3.endpoint)
     s3fs = fs.S3FileSystem(access_key=s3.access_key, secret_key=s3.secret_key, region=s3.region,
                            endpoint_override=u.netloc, scheme=u.scheme, force_virtual_addressing=False)
     table = pq.read_table(path.removeprefix("s3://"), filesystem=s3fs)
-    yield from table.select(SPARK_SCHEMA.names).cast(SPARK_SCHEMA).to_batches()
+    if typed:
+        yield from conform(table, typed[0]).to_batches()
+    else:
+        yield from table.select(SPARK_SCHEMA.names).cast(SPARK_SCHEMA).to_batches()
 

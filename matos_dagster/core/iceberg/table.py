@@ -9,6 +9,12 @@ the I/O: the catalog (pyiceberg; an embedded sqlite `SqlCatalog` by default) and
 through archived.py. Old snapshots go by expiry.py; reading the table is queries.py's, and the runs'
 steps (archive, compaction) are hooks.py's.
 
+A typed topic's objects carry typed columns after the raw ones (core/schemas/typed.py): the
+commit that adds them first evolves the table's schema to hold them (`union_by_name`: columns
+added, struct fields added, types widened; every added field optional), in the same Iceberg
+commit, so DuckDB and Spark query their fields in place (`value_data.customer.id`); a file
+without them (older, untyped) reads them as null. Untyped topics' tables are SCHEMA's alone.
+
 The archive's truth stays the manifests in Swift: the table can always be rebuilt from them
 (`rebuild`) and compared with them (`check`). No Dagster imports.
 """
@@ -19,6 +25,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Callable
 
+import pyarrow as pa
+
 from matos_dagster.core import faults, settings
 from matos_dagster.core.iceberg import expiry
 from matos_dagster.core.iceberg import plan as iceberg_plan
@@ -26,6 +34,7 @@ from matos_dagster.core.iceberg.access import S3, catalog_properties, s3_for
 from matos_dagster.core.iceberg.expiry import Expiry
 from matos_dagster.core.iceberg.plan import Step, TableError
 from matos_dagster.core.iceberg.queries import marks_of, table_files
+from matos_dagster.core.records import unify
 from matos_dagster.core.swift import layout
 from matos_dagster.core.swift.archived import RANGE, PartitionArchive, archived_partitions
 from matos_dagster.core.swift.manifest import Manifest
@@ -191,7 +200,7 @@ class Tables:
             if sorted(drop) == sorted(want):
                 return False
             step = Step(doc.partition, marks[doc.partition], tuple(o.name for o in doc.objects), doc.records,
-                        [(doc.start, doc.end)], (doc.start, doc.end))
+                        [(doc.start, doc.end)], (doc.start, doc.end), iceberg_plan.is_typed(doc))
             try:
                 self._commit(t, step, marks, {p: present[p][3] for p in drop})
                 return True
@@ -217,6 +226,8 @@ class Tables:
             present = table_files(t, step.partition, *step.replace)
             names = iceberg_plan.covering(((p, lo, hi) for p, (lo, hi, _, _) in present.items()), *step.replace)
             drop = {p: present[p][3] for p in names}
+        paths = [self.url(n) for n in step.adds]
+        typed = typed_columns(t, paths) if step.typed else []
         with t.transaction() as tx:
             if tx.table_metadata.name_mapping() is None:  # what add_files sets: Parquet without field ids
                 tx.set_properties(**{TableProperties.DEFAULT_NAME_MAPPING:
@@ -225,11 +236,14 @@ class Tables:
                        if k.startswith("write.metadata.") and k not in tx.table_metadata.properties}
             if missing:  # a table made before these properties: they bound its metadata files too
                 tx.set_properties(**missing)
+            if typed:  # the files' typed columns, in the table before the files (the name mapping follows)
+                with tx.update_schema() as update:
+                    update.union_by_name(pa.schema(typed))
             snap = tx.update_snapshot(snapshot_properties=iceberg_plan.summary(marks))
             with (snap.overwrite() if drop else snap.merge_append()) as producer:
                 for f in (drop or {}).values():
                     producer.delete_data_file(f)
-                for f in parquet_files_to_data_files(t.io, tx.table_metadata, iter([self.url(n) for n in step.adds])):
+                for f in parquet_files_to_data_files(t.io, tx.table_metadata, iter(paths)):
                     producer.append_data_file(f)
             # The snapshot's manifests are in Swift now, the catalog not yet switched to them.
             faults.at("table-written")
@@ -289,6 +303,38 @@ class Comparison:
     @property
     def ok(self) -> bool:
         return not self.problems and self.table_records == self.manifest_records
+
+
+def typed_columns(t, paths: list[str]) -> list[pa.Field]:
+    """The typed columns of these Parquet files (read from their footers), each in one type across
+    them (records/unify.py) and optional, as an added Iceberg column must be; [] for untyped files."""
+    import pyarrow.parquet as pq
+
+    schemas = []
+    for path in paths:
+        with t.io.new_input(path).open() as f:
+            schema = pq.read_schema(f)
+        nulls = [c.name for c in unify.typed_fields(schema) if _has_null(c.type)]
+        if nulls:
+            raise TableError(f"{path} has typed column(s) {', '.join(nulls)} of Arrow's null type (no record of "
+                             "the object decoded): an Iceberg table of format version 2 has no such type, so the "
+                             "object cannot be added to it; the archive itself holds it")
+        schemas.append(schema)
+    if not schemas:
+        return []
+    return [unify.nullable(c) for c in unify.typed_fields(unify.unify(schemas, t.name()[-1]))]
+
+
+def _has_null(t: pa.DataType) -> bool:
+    if pa.types.is_null(t):
+        return True
+    if pa.types.is_struct(t):
+        return any(_has_null(f.type) for f in t)
+    if pa.types.is_map(t):
+        return _has_null(t.key_type) or _has_null(t.item_type)
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _has_null(t.value_type)
+    return False
 
 
 def _entries(archive: PartitionArchive, base: int):

@@ -4,7 +4,9 @@ The slice task adds records one by one (the Python reader) or in Arrow chunks (t
 reader); every `chunk_bytes` of records the gathered columns become one record batch, built
 from buffers in C. Given the object's format, each chunk goes straight into the object's
 `ObjectWriter` (objects.py), so a task holds one chunk of rows and the encoded object, never
-the whole object's rows twice. No Dagster imports.
+the whole object's rows twice. Given a `Typing` (core/schemas/typed.py), each sealed chunk
+gets the topic's typed columns beside its raw bytes before it is written (`ObjectTypes`); without
+one, nothing of that is imported and the chunks are written exactly as before. No Dagster imports.
 """
 
 from __future__ import annotations
@@ -34,12 +36,20 @@ class Batch:
     the chunking (`ObjectWriter` cuts row groups by the records themselves).
     """
 
-    def __init__(self, topic: str, partition: int, chunk_bytes: int = 4 * 1024**2, fmt: str | None = None):
+    def __init__(self, topic: str, partition: int, chunk_bytes: int = 4 * 1024**2, fmt: str | None = None,
+                 typing=None):
         self.topic = topic
         self.partition = partition
         self.chunk_bytes = chunk_bytes
         self._chunks: list[pa.RecordBatch] = []
-        self._writer = ObjectWriter(fmt) if fmt is not None else None
+        self._fmt = fmt
+        self._types = None  # the object's typed columns (ObjectTypes), for a typed topic
+        if typing is not None:
+            from matos_dagster.core.schemas.typed import ObjectTypes  # decoders: only where a topic is typed
+
+            self._types = ObjectTypes(typing, topic, partition)
+        # A typed object's writer waits for its schema, which its first decoded chunk fixes.
+        self._writer = ObjectWriter(fmt) if fmt is not None and self._types is None else None
         self._rows = 0  # rows in the chunks
         self._new_lists()
         self.nbytes = 0
@@ -117,10 +127,7 @@ class Batch:
             ],
             schema=SCHEMA,
         )
-        if self._writer is not None:
-            self._writer.write(chunk)
-        else:
-            self._chunks.append(chunk)
+        self._emit(chunk)
         del chunk
         self._rows += n
         self._chunk_start_nbytes = self.nbytes
@@ -136,21 +143,48 @@ class Batch:
         if min_timestamp is not None:
             self.min_timestamp = min_timestamp if self.min_timestamp is None else min(self.min_timestamp, min_timestamp)
             self.max_timestamp = max_timestamp if self.max_timestamp is None else max(self.max_timestamp, max_timestamp)
-        if self._writer is not None:
-            self._writer.write(chunk)
-        else:
-            self._chunks.append(chunk)
         self._rows += chunk.num_rows
+        self._emit(chunk)
         self.nbytes += nbytes
         self.largest = max(self.largest, largest)
         self._chunk_start_nbytes = self.nbytes
 
+    def _emit(self, chunk: pa.RecordBatch) -> None:
+        """A sealed chunk (SCHEMA) to the object: typed first for a typed topic (which may hold it
+        until the object's types are known), then into the writer, or kept for `table()`."""
+        for out in [chunk] if self._types is None else self._types.add(chunk):
+            self._keep(out)
+
+    def _keep(self, chunk: pa.RecordBatch) -> None:
+        if self._writer is None and self._fmt is not None:
+            self._writer = ObjectWriter(self._fmt, chunk.schema)
+        if self._writer is not None:
+            self._writer.write(chunk)
+        else:
+            self._chunks.append(chunk)
+
+    def _end(self) -> None:
+        """The records gathered so far sealed, and every typed chunk held released."""
+        self._seal()
+        if self._types is not None:
+            for out in self._types.finish():
+                self._keep(out)
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The object's Arrow schema: SCHEMA, or with a topic's typed columns once they are known."""
+        return SCHEMA if self._types is None or self._types.schema is None else self._types.schema
+
+    def typed(self) -> dict | None:
+        """The object's decode counts per typed side (its manifest entry's `typed`), None if untyped."""
+        return None if self._types is None else self._types.stats()
+
     def writer(self, fmt: str) -> "ObjectWriter":
         """The batch's records in an `ObjectWriter` of `fmt`, ready to `finish` (kept chunks are
         written and released one by one)."""
-        self._seal()
+        self._end()
         if self._writer is None:
-            self._writer = ObjectWriter(fmt)
+            self._writer = ObjectWriter(fmt, self.schema)
         elif self._writer.fmt != fmt:
             raise ValueError(f"this batch is being written as {self._writer.fmt}, not {fmt}")
         while self._chunks:
@@ -161,9 +195,9 @@ class Batch:
         """The records as one table of contiguous arrays (the chunks are released)."""
         if self._writer is not None:
             raise ValueError("this batch's records went into its ObjectWriter as they came; there is no table")
-        self._seal()
+        self._end()
         chunks, self._chunks = self._chunks, []
-        table = pa.Table.from_batches(chunks, schema=SCHEMA)
+        table = pa.Table.from_batches(chunks, schema=self.schema)
         del chunks
         # One contiguous copy: Parquet's bytes depend on how a column is chunked, and these
         # must be the bytes one build of the whole object gives (a retry rewrites them exactly).

@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 
 from matos_dagster.core.records import arrays as arrow_arrays
 from matos_dagster.core.records.schema import HEADER, SCHEMA
+from matos_dagster.core.records.unify import with_raw_types
 
 _ZERO = arrow_arrays.zero(pa.int32())  # binary_length's type for binary and string columns
 
@@ -49,6 +50,14 @@ PARQUET_OPTIONS = dict(
 )
 
 
+def _options(schema: pa.Schema) -> dict:
+    """PARQUET_OPTIONS, and for typed columns: the schema ids dictionary-encoded (a few per object)."""
+    ids = [n for n in schema.names[len(SCHEMA):] if n.endswith("_schema_id")]
+    if not ids:
+        return PARQUET_OPTIONS
+    return {**PARQUET_OPTIONS, "use_dictionary": PARQUET_OPTIONS["use_dictionary"] + ids}
+
+
 class ObjectWriter:
     """One object's bytes, written as its records arrive as Arrow record batches (`SCHEMA`).
 
@@ -59,10 +68,14 @@ class ObjectWriter:
     it and the encoded (compressed) object so far.
     """
 
-    def __init__(self, fmt: str):
+    def __init__(self, fmt: str, schema: pa.Schema = SCHEMA):
         if fmt not in ("parquet", "jsonl"):
             raise ValueError(f"unknown format {fmt!r}: use parquet or jsonl")
+        # A topic's typed columns follow SCHEMA's (core/schemas/typed.py): Parquet only.
+        if schema.names[:len(SCHEMA)] != SCHEMA.names or (fmt == "jsonl" and not schema.equals(SCHEMA)):
+            raise ValueError(f"an object's schema is SCHEMA, or SCHEMA then typed columns (parquet only):\n{schema}")
         self.fmt = fmt
+        self.schema = schema
         self.records = 0
         self._out = _HashedBytes()
         self.md5: str | None = None  # hex, once finished
@@ -74,7 +87,7 @@ class ObjectWriter:
         self._pending_bytes = 0
         self._pending_rows = 0
         if fmt == "parquet":
-            self._parquet = pq.ParquetWriter(self._out, SCHEMA, **PARQUET_OPTIONS)
+            self._parquet = pq.ParquetWriter(self._out, schema, **_options(schema))
         else:
             # mtime 0 so the bytes are repeatable.
             self._gzip = gzip.GzipFile(fileobj=self._out, mode="wb", mtime=0, compresslevel=6)
@@ -83,8 +96,9 @@ class ObjectWriter:
     def write(self, batch: pa.RecordBatch) -> None:
         if self._done:
             raise ValueError("this object is finished")
-        if not batch.schema.equals(SCHEMA):
-            raise ValueError(f"record batch does not have the archive's schema:\n{batch.schema}\nexpected:\n{SCHEMA}")
+        if not batch.schema.equals(self.schema):
+            raise ValueError(f"record batch does not have the archive's schema (this object's):\n{batch.schema}\n"
+                             f"expected:\n{self.schema}")
         n = batch.num_rows
         if not n:
             return
@@ -180,8 +194,8 @@ def write_object(batches: Iterable[pa.RecordBatch], fmt: str) -> tuple[bytes, di
     return data, w.stats()
 
 
-def _written(batches: Iterable[pa.RecordBatch], fmt: str) -> tuple[ObjectWriter, bytes]:
-    w = ObjectWriter(fmt)
+def _written(batches: Iterable[pa.RecordBatch], fmt: str, schema: pa.Schema = SCHEMA) -> tuple[ObjectWriter, bytes]:
+    w = ObjectWriter(fmt, schema)
     for b in batches:
         w.write(b)
     return w, w.finish()
@@ -211,15 +225,15 @@ def _lengths(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return arrow_arrays.to_numpy(pc.fill_null(pc.binary_length(column), _ZERO)).astype(np.int64)
 
 
-def encode(table: pa.Table, fmt: str) -> bytes:
-    return encode_hashed(table, fmt)[0]
+def encode(table: pa.Table, fmt: str, schema: pa.Schema = SCHEMA) -> bytes:
+    return encode_hashed(table, fmt, schema)[0]
 
 
-def encode_hashed(table: pa.Table, fmt: str) -> tuple[bytes, str]:
-    """The table as an object's bytes, and their md5 as the writer hashed them (for `Store.put`)."""
+def encode_hashed(table: pa.Table, fmt: str, schema: pa.Schema = SCHEMA) -> tuple[bytes, str]:
+    """The table as an object's bytes (of `schema`), and their md5 as the writer hashed them (for `Store.put`)."""
     if fmt not in ("parquet", "jsonl"):
         raise ValueError(f"unknown format {fmt!r}")
-    w, data = _written(table.cast(SCHEMA).to_batches(), fmt)
+    w, data = _written(table.cast(schema).to_batches(), fmt, schema)
     return data, w.md5
 
 
@@ -276,7 +290,10 @@ def from_jsonl_gz(data: bytes) -> pa.Table:
 
 def decode(data: bytes, fmt: str) -> pa.Table:
     if fmt == "parquet":
-        return pq.read_table(io.BytesIO(data)).cast(SCHEMA)
+        table = pq.read_table(io.BytesIO(data))
+        if table.schema.names == SCHEMA.names:
+            return table.cast(SCHEMA)
+        return with_raw_types(table)  # a typed object: SCHEMA's columns, then its typed ones as written
     if fmt == "jsonl":
         return from_jsonl_gz(data)
     raise ValueError(f"unknown format {fmt!r}")

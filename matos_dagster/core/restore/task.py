@@ -19,6 +19,9 @@ run again resumes where its last committed transaction ended: nothing lost, noth
 The marker belongs to the restore: restoring the same offsets into the same target again
 needs another group (or the group deleted).
 
+Only an object's raw columns are produced (records/unify.py's `raw`): a typed topic's typed
+columns are what the archive decoded from those bytes, never part of the record restored.
+
 A record Kafka still refuses as it is produced (the target's settings were checked before,
 see target.py) aborts its transaction and fails the run naming the setting (RestoreFailed),
 the marker before it.
@@ -37,6 +40,7 @@ import pyarrow.compute as pc
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from matos_dagster.core import reader
+from matos_dagster.core.records.unify import raw
 from matos_dagster.core.restore.plan import RestoreFailed, Unit
 from matos_dagster.core.swift.store import Store
 
@@ -91,7 +95,7 @@ def restore_unit(unit: Unit) -> dict:
                 continue
             if store is None:
                 store = Store(unit.swift)
-            table = reader.filter_rows(reader.read_object(store, o["name"], unit.format), unit.window, lo, unit.hi)
+            table = reader.filter_rows(raw(reader.read_object(store, o["name"], unit.format)), unit.window, lo, unit.hi)
             result["objects"] += 1
             if unit.dry_run or table.num_rows == 0:
                 result["records"] += table.num_rows

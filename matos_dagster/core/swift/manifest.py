@@ -10,6 +10,16 @@
 Timestamps are Kafka's, in milliseconds since the epoch. Nothing in it depends on when or
 where it was written, so archiving a range again gives the same manifest. No Dagster imports.
 
+A typed topic's manifest (core/schemas/typed.py) also has `typed`, per typed side: its format,
+the schema ids its records named, and how many records decoded, failed and were null; and each
+object the same for itself, with the reader schema id its typed column was read with:
+
+    "typed": {"value": {"format": "avro", "schema_ids": [4, 5], "decoded": 990, "failed": 8, "nulls": 0}}
+    objects[i]["typed"]: {"value": {"format": "avro", "reader_schema_id": 5, "schema_ids": [4, 5],
+                                    "decoded": 990, "failed": 8, "nulls": 0}}
+
+Absent from untyped topics' manifests, which are what they were.
+
 Versions: 1, each Parquet object one row group; 2, a row group per 4 MiB of records
 (records.ROW_GROUP_BYTES: objects are written as their records arrive), the same rows and
 columns. Readers read both: Parquet readers take any row groups, and the keys are the same.
@@ -31,8 +41,12 @@ class ManifestError(ValueError):
     pass
 
 
-def build(r: OffsetRange, fmt: str, objects: list[dict]) -> dict:
+def build(r: OffsetRange, fmt: str, objects: list[dict], typed: dict[str, str] | None = None) -> dict:
+    """The manifest of `r`'s objects; `typed`: the typed sides' formats ({"value": "avro"}), by default
+    those the objects' own `typed` entries name (none: an untyped manifest)."""
     objects = sorted(objects, key=lambda o: o["first_offset"])
+    if typed is None:
+        typed = {side: t["format"] for o in objects for side, t in o.get("typed", {}).items()}
     for a, b in zip(objects, objects[1:]):
         if b["first_offset"] <= a["last_offset"]:
             raise ManifestError(f"objects {a['name']} and {b['name']} overlap: a slice was archived twice")
@@ -59,8 +73,26 @@ def build(r: OffsetRange, fmt: str, objects: list[dict]) -> dict:
         # checks a target's max.message.bytes before producing; absent from older manifests.
         "largest_record_bytes": max((o["largest_record_bytes"] for o in objects), default=0)
         if all("largest_record_bytes" in o for o in objects) else None,
-        "objects": [{**{k: o[k] for k in OBJECT_KEYS}, **_largest(o)} for o in objects],
+        "objects": [{**{k: o[k] for k in OBJECT_KEYS}, **_largest(o), **_typed_of(o)} for o in objects],
+        **({"typed": typed_totals(typed, objects)} if typed else {}),
     }
+
+
+def _typed_of(o: dict) -> dict:
+    return {"typed": o["typed"]} if "typed" in o else {}
+
+
+COUNTS = ("decoded", "failed", "nulls")
+
+
+def typed_totals(formats: dict[str, str], objects: list[dict]) -> dict:
+    """The manifest's `typed`: per side, the objects' counts summed and their schema ids merged."""
+    out = {}
+    for side, fmt in formats.items():
+        mine = [o["typed"][side] for o in objects if side in o.get("typed", {})]
+        out[side] = {"format": fmt, "schema_ids": sorted({i for t in mine for i in t["schema_ids"]}),
+                     **{k: sum(t[k] for t in mine) for k in COUNTS}}
+    return out
 
 
 def _largest(o: dict) -> dict:
@@ -85,6 +117,7 @@ class ObjectEntry:
     min_timestamp: int | None
     max_timestamp: int | None
     largest_record_bytes: int | None = _ABSENT
+    typed: dict = _ABSENT  # a typed topic's: per side, format, reader schema id, schema ids, counts
 
 
 @dataclass(frozen=True)
@@ -108,6 +141,7 @@ class Manifest:
     objects: tuple[ObjectEntry, ...]
     largest_record_bytes: int | None = _ABSENT
     replaces: list[list[int]] = _ABSENT  # a compacted range's: the ranges it contains (core/compact/)
+    typed: dict = _ABSENT  # a typed topic's: per side, format, schema ids, counts (the objects' summed)
 
     @property
     def range(self) -> OffsetRange:
@@ -126,6 +160,9 @@ class Manifest:
             m = cls(**{**_typed(cls, doc, "manifest", skip={"objects"}), "objects": listed})
         except TypeError as e:  # a key it lacks or one it should not have
             raise ManifestError(f"manifest is not of version {' or '.join(map(str, VERSIONS))}: {e}") from None
+        for where, typed in [("manifest", m.typed)] + [(f"object {i}", o.typed) for i, o in enumerate(listed)]:
+            if typed is not _ABSENT:
+                _check_typed(typed, where, per_object=where != "manifest")
         if m.version not in VERSIONS:
             raise ManifestError(f"manifest version {m.version} is not one this matos-dagster reads "
                                 f"({', '.join(map(str, VERSIONS))}): upgrade matos-dagster to read it")
@@ -163,3 +200,18 @@ def _typed(cls: type, doc: Any, what: str, skip: set[str] = frozenset()) -> dict
             raise ManifestError(f"{what}: {k} must be an integer, got {v!r}")
         out[k] = v
     return out
+
+
+def _check_typed(typed: Any, what: str, per_object: bool) -> None:
+    """A `typed` entry: {side: {format, schema_ids, decoded, failed, nulls[, reader_schema_id]}}."""
+    keys = {"format", "schema_ids", *COUNTS} | ({"reader_schema_id"} if per_object else set())
+    if not isinstance(typed, dict) or not typed or not set(typed) <= {"key", "value"}:
+        raise ManifestError(f"{what}: typed must map key and/or value to their decode counts, got {typed!r}")
+    for side, t in typed.items():
+        if not isinstance(t, dict) or set(t) != keys:
+            raise ManifestError(f"{what}: typed.{side} must have the keys {sorted(keys)}, got {t!r}")
+        ids = t["schema_ids"] if isinstance(t["schema_ids"], list) else [None]  # None: refused below
+        reader = [t["reader_schema_id"]] if t.get("reader_schema_id") is not None else []
+        numbers = [t[k] for k in COUNTS] + ids + reader
+        if not isinstance(t["format"], str) or any(not isinstance(n, int) or isinstance(n, bool) for n in numbers):
+            raise ManifestError(f"{what}: typed.{side} must hold a format and whole numbers, got {t!r}")

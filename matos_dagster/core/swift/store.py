@@ -267,6 +267,17 @@ class Store:
                 return None
             raise self._explain(e, f"read object {name}") from None
 
+    def get_tail(self, name: str, nbytes: int) -> tuple[bytes, int] | None:
+        """The object's last `nbytes` bytes (all of it if smaller) and its size; None if it does not exist."""
+        try:
+            headers, body = self._conn.get_object(self.container, name, headers={"Range": f"bytes=-{nbytes}"})
+        except ClientException as e:
+            if e.http_status == 404:
+                return None
+            raise self._explain(e, f"read the end of object {name}") from None
+        whole = headers.get("content-range", "").rpartition("/")[2]  # "bytes a-b/size"; absent: all of it
+        return body, int(whole) if whole.isdigit() else len(body)
+
     def get_json(self, name: str) -> dict | None:
         body = self.get(name)
         return None if body is None else json.loads(body)

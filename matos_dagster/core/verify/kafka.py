@@ -17,6 +17,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from matos_dagster.core.kafka.log import LIBRDKAFKA_LOG
 from matos_dagster.core.records.schema import TIMESTAMP_TYPES
+from matos_dagster.core.records.unify import raw
 from matos_dagster.core.verify.coverage import differences, sample_positions
 
 
@@ -131,8 +132,8 @@ def kafka_row(m) -> dict:
 
 
 def archive_rows(table, lo: int = 0, hi: int | None = None) -> list[dict]:
-    """Rows `[lo, hi)` of a decoded object, timestamps as Kafka's epoch milliseconds."""
-    part = table.slice(lo, (hi if hi is not None else table.num_rows) - lo)
+    """Rows `[lo, hi)` of a decoded object (its raw columns: Kafka's), timestamps as Kafka's epoch milliseconds."""
+    part = raw(table).slice(lo, (hi if hi is not None else table.num_rows) - lo)
     # Integers straight from Arrow's milliseconds: a float of seconds would lose the last one.
     i = part.schema.get_field_index("timestamp")
     return part.set_column(i, "timestamp", pc.cast(part["timestamp"], pa.int64())).to_pylist()

@@ -4,7 +4,8 @@ Every object a manifest lists must be in Swift (`missing`) with the manifest's s
 and md5 (`md5`, downloaded and hashed), decode (`decode`) to the manifest's record count
 (`records`), and hold offsets inside its range that no other object holds (`offsets`); the
 manifest itself must be JSON naming its own range (`manifest`). Decoded records are fed to
-the comparison with Kafka (kafka.py) when one is asked for. No Dagster imports.
+the comparison with Kafka (kafka.py) when one is asked for: their raw columns only (a typed
+topic's typed columns are decoded from them, not Kafka's). No Dagster imports.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 from typing import Callable
 
 from matos_dagster.core.records.objects import decode
+from matos_dagster.core.records.unify import raw
 from matos_dagster.core.swift import layout
 from matos_dagster.core.swift.archived import Entry, PartitionArchive
 from matos_dagster.core.swift.store import Store
@@ -146,7 +148,7 @@ def _check_object(o: dict, fmt: str, store: Store, where: str, problem: Say, sum
         return False
     summary.bytes += len(data)
     try:
-        table = decode(data, fmt)
+        table = raw(decode(data, fmt))
     except Exception as e:  # noqa: BLE001 - whatever the decoder raises, the object is unreadable
         problem(DECODE, f"{where}: object {name} does not decode as {fmt}: {type(e).__name__}: {e}", name)
         return False
