@@ -464,7 +464,4 @@ class KafkaServer:
             raise RuntimeError(f"Kafka exited during start-up; last lines of {self.log_file}:\n{self._log_tail()}")
 
     def _log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
+        return process.log_tail(self.log_file, 0, lines)

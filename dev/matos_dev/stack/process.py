@@ -46,6 +46,17 @@ def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.5) -> bool:
         return False
 
 
+def log_tail(log_file: Path, start: int = 0, lines: int = 30) -> str:
+    """The last `lines` lines of a server's log written from byte `start` on (this start's own)."""
+    try:
+        with open(log_file, "rb") as log:
+            log.seek(start)
+            text = log.read().decode(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:]) or "(nothing logged)"
+
+
 def wait_for_port(port: int, timeout: float, what: str, log: Path | None = None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

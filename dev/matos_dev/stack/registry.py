@@ -732,13 +732,8 @@ class RegistryServer:
             time.sleep(0.05)
 
     def _log_tail(self, lines: int = 30) -> str:
-        try:
-            with open(self.log_file, "rb") as log:
-                log.seek(self._log_start)
-                text = log.read().decode(errors="replace")
-        except OSError:
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:]) or "(nothing logged)"
+        """The last lines this start wrote to the log."""
+        return process.log_tail(self.log_file, self._log_start, lines)
 
 
 if __name__ == "__main__":

@@ -179,10 +179,4 @@ class SparkConnectServer:
 
     def _log_tail(self, lines: int = 30) -> str:
         """The last lines this start wrote to the log."""
-        try:
-            with open(self.log_file, "rb") as log:
-                log.seek(self._log_start)
-                text = log.read().decode(errors="replace")
-        except OSError:
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:]) or "(nothing logged)"
+        return process.log_tail(self.log_file, self._log_start, lines)

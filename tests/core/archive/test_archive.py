@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from helpers import check_archive, delete_records, killed_run, manifests, produce, read_archive, read_kafka
-from samples import awkward_rows
+from samples import awkward_rows, config
 
 from matos_dagster.core.archive.range_run import DataLoss, RangeRefused, archive_range
 from matos_dagster.core.kafka.errors import UnknownPartition, UnknownTopic
@@ -23,10 +23,6 @@ from matos_dagster.core.swift import layout
 from matos_dagster.core.swift.manifest import ManifestError
 from matos_dagster.core.topics import TopicConfig
 from matos_dagster.core.verify import MISSING, SIZE, verify_topic
-
-
-def config(topic: str, **kw) -> TopicConfig:
-    return TopicConfig(name=topic, group=f"g-{uuid.uuid4().hex[:8]}", **kw)
 
 
 def test_archived_records_equal_kafkas_field_by_field_over_several_partitions(kafka, swift, spark, new_topic):
