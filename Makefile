@@ -47,6 +47,10 @@ status:
 # `make down` stops Kafka, Swift and Spark Connect).
 # Demo records are loaded only into an empty `demo` topic. `dg dev` runs in DAGSTER_HOME: run
 # elsewhere, Dagster warns that the project's dagster.yaml (the template copied there) is unused.
+# The archive's typed columns ask the local stack's Schema Registry stand-in, unless told otherwise.
+MATOS_DEVSTACK_REGISTRY_PORT ?= 8081
+run run-postgres demo: export MATOS_SCHEMA_REGISTRY_URL ?= http://127.0.0.1:$(MATOS_DEVSTACK_REGISTRY_PORT)
+
 run: up
 	$(BIN)/python -m matos_dev.stack demo-data
 	cd $(DAGSTER_HOME) && $(CURDIR)/$(BIN)/dg dev -w $(CURDIR)/workspace.yaml -h 127.0.0.1 -p $(DAGSTER_PORT)

@@ -54,6 +54,7 @@ _COLUMNS = TableSchema(
         TableColumn("overlaps", "string"),
         TableColumn("lost", "string"),
         TableColumn("acknowledged_loss", "string"),
+        TableColumn("not_decoded", "int"),  # a typed topic's records that did not decode (raw bytes kept)
         TableColumn("why", "string"),
     ]
 )
@@ -93,13 +94,17 @@ def monitor_check(topic: TopicConfig) -> AssetChecksDefinition:
                 given[p], started[p] = monitor.start_from(archive, known.get(p), marked[p], marks[p][1])
                 entries[p] = monitor.read_entries(archive, given[p], marks[p][1])
             listings = store.listings
+            typed = topic.key_format != "none" or topic.value_format != "none"
+            counts = {p: monitor.typed_counts(PartitionArchive(store, prefix, topic.name, p), entries[p])
+                      for p in parts} if typed else {}
             for p in parts:
                 low, high = marks[p]
                 position = committed[p] if committed[p] is not None else low
                 oldest = kafka.timestamp_at(topic.name, p, position) if high > position else None
                 reports.append(
                     monitor.evaluate_partition(
-                        topic, p, low, high, committed[p], entries[p], oldest, history.get(p, []), now, given[p]
+                        topic, p, low, high, committed[p], entries[p], oldest, history.get(p, []), now, given[p],
+                        counts.get(p),
                     )
                 )
             for r in reports:  # written when it moves only
@@ -111,6 +116,9 @@ def monitor_check(topic: TopicConfig) -> AssetChecksDefinition:
         description = f"{status}: " + (problems or "all partitions archived in order, lag normal")
         if acknowledged:
             description += f" (acknowledged loss: {acknowledged})"
+        not_decoded = sum(n for r in reports for n in r.not_decoded.values())
+        if not_decoded:
+            description += f" ({not_decoded} records did not decode: raw bytes archived, typed columns null)"
         return AssetCheckResult(
             passed=status == monitor.OK,
             severity=AssetCheckSeverity.WARN if status == monitor.WARN else AssetCheckSeverity.ERROR,
@@ -125,6 +133,7 @@ def monitor_check(topic: TopicConfig) -> AssetChecksDefinition:
                 "acknowledged_lost_offsets": MetadataValue.int(
                     sum(b - a for r in reports for a, b in r.acknowledged)),
                 "partitions_in_error": MetadataValue.int(sum(r.status == monitor.ERROR for r in reports)),
+                **_decode_metadata(reports),
                 "swift_listing_requests": MetadataValue.int(listings),
                 # Per partition: from what this evaluation started (monitor.start_from).
                 "started_from": MetadataValue.json({str(p): started[p] for p in parts}),
@@ -199,6 +208,15 @@ def _history(
     return out, known
 
 
+def _decode_metadata(reports: list[monitor.PartitionReport]) -> dict:
+    """A typed topic's `<side>_decoded` and `<side>_not_decoded` records, over its partitions."""
+    out = {}
+    for side in sorted({s for r in reports for s in r.decoded}):
+        out[f"{side}_decoded"] = MetadataValue.int(sum(r.decoded.get(side, 0) for r in reports))
+        out[f"{side}_not_decoded"] = MetadataValue.int(sum(r.not_decoded.get(side, 0) for r in reports))
+    return out
+
+
 def _spans(xs) -> str:
     return ", ".join(f"[{a}, {b})" for a, b in xs)
 
@@ -220,6 +238,7 @@ def _row(r: monitor.PartitionReport) -> TableRecord:
             "overlaps": spans(r.overlaps),
             "lost": spans(r.lost),
             "acknowledged_loss": spans(r.acknowledged),
+            "not_decoded": sum(r.not_decoded.values()),
             "why": "; ".join(r.reasons),
         }
     )

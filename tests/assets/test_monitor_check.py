@@ -60,6 +60,22 @@ def test_an_archive_that_keeps_up_is_ok(kafka, swift, spark_resource, instance, 
     assert (row["log_end"], row["committed"], row["archived_hwm"], row["lag_records"]) == (20, 20, 20, 0)
 
 
+def test_a_typed_topics_records_that_did_not_decode_are_shown_not_judged(kafka, swift, spark_resource, instance,
+                                                                         new_topic):
+    """Schemaless JSON values, two of them not JSON: the check counts them per side (from the ranges'
+    manifests), in the partition's row and its description, and stays OK: their raw bytes are archived.
+    The second evaluation lists nothing below what it knows, and still shows them."""
+    name, topic, monitor = setup(kafka, swift, spark_resource, instance, new_topic, value_format="json")
+    produce(kafka, name, [(b"k", b'{"n": %d}' % i if i not in (3, 11) else b"not json", []) for i in range(20)])
+    with swift.store() as store:
+        for a in (0, 10):
+            archive_range(OffsetRange(name, 0, a, a + 10), topic, kafka, store, spark_resource.spark_session)
+    for e in (monitor.evaluate(), monitor.evaluate()):
+        assert e.passed and e.metadata["status"].value == "OK"
+        assert (e.metadata["value_decoded"].value, e.metadata["value_not_decoded"].value) == (18, 2)
+        assert table(e)[0]["not_decoded"] == 2 and "2 records did not decode" in e.description
+
+
 def test_lag_growing_above_the_threshold_warns(kafka, swift, spark_resource, instance, new_topic):
     name, topic, monitor = setup(kafka, swift, spark_resource, instance, new_topic, lag_warn_records=10)
     statuses = []

@@ -34,6 +34,7 @@ from dagster import DagsterInstance
 from helpers import check_archive, manifests, new_instance, produce, read_archive, read_kafka
 from matos_dev.stack.kafka import KafkaServer
 from matos_dev.stack.process import free_port
+from matos_dev.stack.registry import RegistryServer
 from matos_dev.stack.swift import SwiftServer
 from swiftclient import Connection
 from swiftclient.exceptions import ClientException
@@ -55,6 +56,7 @@ DAGSTER = str(Path(sys.executable).parent / "dagster")
 # of it in a URL, JSON or a command line.
 KAFKA_SECRET = "kAfKaPaSs" + uuid.uuid4().hex + "W0rD"  # SASL PLAIN password of `token` (Message Hub style)
 SWIFT_SECRET = "sWiFtKeY" + uuid.uuid4().hex + "sEcReT"
+REGISTRY_SECRET = "rEgIsTrY" + uuid.uuid4().hex + "aPiSeCrEt"  # the schema registry's API secret
 ALICE = ("alice", "alice-" + uuid.uuid4().hex[:12])  # a SASL PLAIN user
 BOB = ("bob", "bob-" + uuid.uuid4().hex[:12])  # a SCRAM user, SHA-256 and SHA-512
 SWIFT_USER = "secure:archiver"
@@ -305,13 +307,38 @@ def dagster(env, cwd, *args) -> subprocess.CompletedProcess:
     return p
 
 
+@pytest.fixture
+def auth_registry(tmp_path_factory):
+    """A Schema Registry stand-in that asks for basic auth, with the distinctive secret."""
+    server = RegistryServer(tmp_path_factory.mktemp("auth-registry"), port=free_port(), user="archiver",
+                            password=REGISTRY_SECRET)
+    server.start()
+    yield server
+    server.stop()
+
+
+def avro_rows(registry: RegistryServer, topic: str, n: int):
+    """Avro values in the wire format, their schema registered in the registry that asks for auth."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    schema = json.dumps({"type": "record", "name": "Secret", "fields": [{"name": "n", "type": "long"}]})
+    serialize = AvroSerializer(SchemaRegistryClient(registry.client_config()), schema)
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    return [(key, serialize({"n": i}, ctx), headers) for i, (key, _, headers) in enumerate(rows(n))]
+
+
 def test_a_full_cli_archive_over_sasl_ssl_and_https_leaves_no_secret_anywhere(secure_kafka, tls_swift, certs,
-                                                                              tmp_path):
+                                                                              auth_registry, tmp_path):
+    """Kafka over SASL_SSL, Swift over https, and a typed topic whose schemas come from a registry
+    that asks for basic auth: the Spark tasks ask it for the schema, with the credentials."""
     topic = secure_kafka.topic()
-    produce(secure_kafka.plaintext, topic, rows(100))
+    produce(secure_kafka.plaintext, topic, avro_rows(auth_registry, topic, 100))
     group = f"secure-{uuid.uuid4().hex[:8]}"
     container = f"secure-{uuid.uuid4().hex[:10]}"
-    (tmp_path / "topics.yaml").write_text(f"topics:\n  - name: {topic}\n    group: {group}\n    slice_records: 40\n")
+    (tmp_path / "topics.yaml").write_text(f"topics:\n  - name: {topic}\n    group: {group}\n    slice_records: 40\n"
+                                          "    value_format: avro\n")
     home = new_instance(tmp_path / "dagster_home")
     event_logs = tmp_path / "spark-events"
     event_logs.mkdir()
@@ -330,6 +357,9 @@ def test_a_full_cli_archive_over_sasl_ssl_and_https_leaves_no_secret_anywhere(se
         "MATOS_SWIFT_KEY": SWIFT_SECRET,
         "MATOS_SWIFT_CA_FILE": certs.ca,
         "MATOS_SWIFT_CONTAINER": container,
+        "MATOS_SCHEMA_REGISTRY_URL": auth_registry.url,
+        "MATOS_SCHEMA_REGISTRY_USERNAME": "archiver",
+        "MATOS_SCHEMA_REGISTRY_PASSWORD": REGISTRY_SECRET,
         "MATOS_SPARK_MASTER": "local[2]",
         "MATOS_SPARK_CONF": f"spark.eventLog.enabled=true;spark.eventLog.dir=file://{event_logs};"
                             "spark.eventLog.compress=false",
@@ -352,6 +382,7 @@ def test_a_full_cli_archive_over_sasl_ssl_and_https_leaves_no_secret_anywhere(se
         assert check_archive(secure_kafka.plaintext, store, topic, group) == {0: 100}
         (doc,) = manifests(store, topic)
         assert read_archive(store, doc) == read_kafka(secure_kafka.plaintext, topic, 0)
+        assert doc["typed"]["value"]["decoded"] == 100  # the registry was asked, with the credentials
         storage_url = store.url
 
     # The container the run created is private: no read or write ACL, and anonymous requests fail.
@@ -369,6 +400,7 @@ def test_a_full_cli_archive_over_sasl_ssl_and_https_leaves_no_secret_anywhere(se
         "the test folder": files_under(tmp_path),
         "Kafka broker log": {str(secure_kafka.server.log_file): secure_kafka.server.log_file.read_bytes()},
         "Swift server logs": files_under(tls_swift.log_dir),
+        "Schema registry log": {str(auth_registry.log_file): auth_registry.log_file.read_bytes()},
     }
     assert any(b"SparkListenerTaskEnd" in blob for blob in sources["Spark event log"].values())
     assert any("compute_logs" in name for name in sources["DAGSTER_HOME (storage, compute logs)"])
@@ -377,7 +409,7 @@ def test_a_full_cli_archive_over_sasl_ssl_and_https_leaves_no_secret_anywhere(se
         return [f"{source}: {name}" for source, blobs in sources.items() for name, blob in blobs.items()
                 if any(s in blob for s in spellings(value))]
 
-    leaks = found(KAFKA_SECRET) + found(SWIFT_SECRET)
+    leaks = found(KAFKA_SECRET) + found(SWIFT_SECRET) + found(REGISTRY_SECRET)
     assert not leaks, f"a secret appears in {leaks}"
 
     # Controls: the same search finds a distinctive value that is not secret in every source.

@@ -138,14 +138,15 @@ def typed_stats(schema: pa.Schema, tables: list[pa.Table]) -> dict:
     schema ids its records name, and how many decoded, failed (an error) and were null."""
     out = {}
     for side in unify.SIDES:
-        if f"{side}_data" not in schema.names:
+        if f"{side}_error" not in schema.names:
             continue
-        meta = schema.field(f"{side}_data").metadata or {}
+        # The data column holds the format; an object none of whose records decoded has none (its error column does).
+        meta = schema.field(f"{side}_data" if f"{side}_data" in schema.names else f"{side}_error").metadata or {}
         reader = meta.get(b"reader_schema_id")
         ids: set[int] = set()
         counts = {"decoded": 0, "failed": 0, "nulls": 0}
         for t in tables:
-            if f"{side}_data" not in t.column_names:
+            if f"{side}_error" not in t.column_names:
                 continue
             nulls, failed = t[side].null_count, t.num_rows - t[f"{side}_error"].null_count
             counts["decoded"] += t.num_rows - nulls - failed

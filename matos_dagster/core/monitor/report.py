@@ -20,13 +20,18 @@ an instance without the check's earlier evaluations starts from it too, once `st
 checked that it still holds; only the very first evaluation of an archive (no `Known`
 anywhere) reads the partition once, whole. Full audits are the verifier's (`verify`).
 
+A typed topic's records that did not decode (core/schemas/typed.py) are counted from the
+manifests of the ranges an evaluation lists (`typed_counts`), and the counts below `sound_to`
+carried in `Known`, so each manifest is read once, not at every evaluation. They are shown, not
+judged: the raw bytes of such a record are archived like any other's.
+
 No Dagster imports.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from matos_dagster.core.offsets import spans
 from matos_dagster.core.offsets.spans import Span
@@ -55,7 +60,8 @@ class Known:
     Every offset of `[first, sound_to)` is in exactly one entry, no gap, no overlap: later
     evaluations take that as given and list from `sound_to` only. `ranges` and `offsets`
     count the archived ranges and their offsets below `sound_to`; `acknowledged` are the
-    latest acknowledged losses below it (to keep showing them).
+    latest acknowledged losses below it (to keep showing them); `decode` the typed sides'
+    records decoded and failed below it, as `(side, decoded, failed)`.
     """
 
     first: int
@@ -63,16 +69,19 @@ class Known:
     ranges: int = 0
     offsets: int = 0
     acknowledged: tuple[Span, ...] = ()
+    decode: tuple[tuple[str, int, int], ...] = ()
 
     def to_json(self) -> list:
-        return [self.first, self.sound_to, self.ranges, self.offsets, [list(s) for s in self.acknowledged]]
+        doc = [self.first, self.sound_to, self.ranges, self.offsets, [list(s) for s in self.acknowledged]]
+        return doc + [[list(d) for d in self.decode]] if self.decode else doc
 
     @classmethod
     def from_json(cls, doc) -> "Known | None":
         try:
-            first, sound_to, ranges, offsets, acknowledged = doc
+            first, sound_to, ranges, offsets, acknowledged, *rest = doc
+            decode = tuple((str(n), int(d), int(f)) for n, d, f in rest[0]) if rest else ()
             return cls(int(first), int(sound_to), int(ranges), int(offsets),
-                       tuple((int(a), int(b)) for a, b in acknowledged))
+                       tuple((int(a), int(b)) for a, b in acknowledged), decode)
         except (TypeError, ValueError):
             return None  # written by another version: read the partition whole once
 
@@ -92,6 +101,9 @@ class PartitionReport:
     lost: list[Span] = field(default_factory=list)
     acknowledged: list[Span] = field(default_factory=list)  # losses an operator acknowledged
     archived_offsets: int = 0
+    # A typed topic's sides: records decoded and records that did not, in the ranges archived.
+    decoded: dict[str, int] = field(default_factory=dict)
+    not_decoded: dict[str, int] = field(default_factory=dict)
     status: str = OK
     reasons: list[str] = field(default_factory=list)
     known: Known | None = None  # for the next evaluation
@@ -142,6 +154,17 @@ def mark_holds(archive: PartitionArchive, k: Known) -> bool:
     return k.first == 0 or archive.last_before(k.first) is None
 
 
+def typed_counts(archive: PartitionArchive, entries: Iterable[Entry]) -> dict[Span, dict[str, tuple[int, int]]]:
+    """The decoded and failed records per typed side of these ranges, from their manifests (one GET
+    each: call it for a typed topic's listed entries only, which `Known` then carries)."""
+    out = {}
+    for e in entries:
+        doc = archive.read(e) if e.kind == RANGE else None
+        if doc and isinstance(doc.get("typed"), dict):
+            out[e.span] = {side: (int(t.get("decoded", 0)), int(t.get("failed", 0))) for side, t in doc["typed"].items()}
+    return out
+
+
 def read_entries(archive: PartitionArchive, known: Known | None, high: int) -> list[Entry]:
     """The entries an evaluation must look at: from `known.sound_to` on, or all of them once."""
     if known is None or known.sound_to > high:  # no state, or the topic was made anew
@@ -160,9 +183,11 @@ def evaluate_partition(
     history: list[Sample],
     now: float,
     known: Known | None = None,
+    counts: Mapping[Span, Mapping[str, tuple[int, int]]] | None = None,
 ) -> PartitionReport:
     """`entries`: this partition's entries from `known.sound_to` on (all of them without `known`);
-    `history`: its samples from earlier evaluations, oldest first."""
+    `history`: its samples from earlier evaluations, oldest first; `counts`: a typed topic's
+    `typed_counts` of those entries."""
     entries = sorted(entries)
     if known is not None and known.sound_to > high:
         known = None
@@ -184,6 +209,9 @@ def evaluate_partition(
                         (known.ranges if known else 0) + len(ranges), lag, lag_s)
     r.archived_offsets = (known.offsets if known else 0) + sum(b - a for a, b in ranges)
     r.acknowledged = spans.merge(list(known.acknowledged if known else ()) + losses)
+    counts = counts or {}
+    for side, d, f in _decode_sum(known.decode if known else (), [counts.get(s, {}) for s in ranges]):
+        r.decoded[side], r.not_decoded[side] = d, f
     r.overlaps = list(cov.overlaps)
 
     # What the archive promises: from its first entry (or the committed offset, if lower) up
@@ -235,11 +263,22 @@ def evaluate_partition(
         # Every evaluation of a full window: one high sample after a quiet spell is not a trend.
         r.status = WARN
         r.reasons.append(f"lag {lag} above {topic.lag_warn_records} for the last {WINDOW} evaluations and not shrinking")
-    r.known = _known(known, cov, every, entries)
+    r.known = _known(known, cov, every, entries, counts)
     return r
 
 
-def _known(known: Known | None, cov: spans.Coverage, every: list[Span], entries: list[Entry]) -> Known | None:
+def _decode_sum(carried: Iterable[tuple[str, int, int]],
+                more: Iterable[Mapping[str, tuple[int, int]]]) -> tuple[tuple[str, int, int], ...]:
+    total = {side: [d, f] for side, d, f in carried}
+    for c in more:
+        for side, (d, f) in c.items():
+            t = total.setdefault(side, [0, 0])
+            t[0], t[1] = t[0] + d, t[1] + f
+    return tuple((side, d, f) for side, (d, f) in sorted(total.items()))
+
+
+def _known(known: Known | None, cov: spans.Coverage, every: list[Span], entries: list[Entry],
+           counts: Mapping[Span, Mapping[str, tuple[int, int]]]) -> Known | None:
     """How far the archive is now known contiguous and sound: up to the first hole, or the start
     of the first entry in an overlap (so the next evaluation lists that entry again)."""
     if cov.first is None:
@@ -256,6 +295,8 @@ def _known(known: Known | None, cov: spans.Coverage, every: list[Span], entries:
         ranges=(known.ranges if known else 0) + sum(e.kind == RANGE for e in below),
         offsets=(known.offsets if known else 0) + sum(e.end - e.start for e in below if e.kind == RANGE),
         acknowledged=tuple(kept[-KEEP_ACKNOWLEDGED:]),
+        decode=_decode_sum(known.decode if known else (),
+                           [counts.get(e.span, {}) for e in below if e.kind == RANGE]),
     )
 
 

@@ -16,8 +16,9 @@ records name) and so its type, and the object's later chunks are read with that 
 Avro record of a newer version is resolved to it, its new fields dropped from the typed column,
 never from the raw bytes). The next object starts afresh, so it may take a newer schema. Chunks
 before that first decodable record (all null or bad) are held until the type is known, then
-written with null data of it; an object with no decodable record of a side at all gets the null
-type for that side. Schemaless JSON has no reader schema: the first chunk's inferred type is the
+written with null data of it; an object with no decodable record of a side at all has no
+`<side>_data` column (no type to give it: readers and the Iceberg table read it as null, as they
+read an untyped object's). Schemaless JSON has no reader schema: the first chunk's inferred type is the
 object's, and a later record that does not fit it is an error of its own ("does not fit ...").
 
 No Dagster imports. `Typing` is plain and frozen: it pickles to the Spark tasks with the slice
@@ -103,8 +104,11 @@ def object_schema(types: dict[str, pa.DataType], typing: Typing, readers: dict[s
         meta = {"format": side.format}
         if readers.get(name) is not None:
             meta["reader_schema_id"] = str(readers[name])
-        fields += [pa.field(f"{name}_schema_id", pa.int32()), pa.field(f"{name}_data", types[name], metadata=meta),
-                   pa.field(f"{name}_error", pa.string())]
+        fields.append(pa.field(f"{name}_schema_id", pa.int32()))
+        if types[name] is not None:  # None: no record of the side decoded in the object
+            fields.append(pa.field(f"{name}_data", types[name], metadata=meta))
+        # With no data column, the error column says the side's format (a compaction's count needs it).
+        fields.append(pa.field(f"{name}_error", pa.string(), metadata=None if types[name] is not None else meta))
     return pa.schema(fields)
 
 
@@ -142,9 +146,9 @@ class ObjectTypes:
         return self._release() if len(self._types) == len(self._counts) else []
 
     def finish(self) -> list[pa.RecordBatch]:
-        """The chunks still held: a side with no decodable record in the whole object is typed null."""
+        """The chunks still held: a side with no decodable record in the whole object has no data column."""
         for name in self._counts:
-            self._types.setdefault(name, pa.null())
+            self._types.setdefault(name, None)
             self._readers.setdefault(name, None)
         return self._release()
 
@@ -164,13 +168,16 @@ class ObjectTypes:
         columns = list(chunk.columns)
         for name, side, _ in self.typing.sides:
             d = parts[name]
-            data, errors, moved = self._conform(d, self._types[name], chunk, name, side.strict)
+            if self._types[name] is None:  # nothing of the side decoded in the whole object
+                data, errors, moved = None, d.errors, 0
+            else:
+                data, errors, moved = self._conform(d, self._types[name], chunk, name, side.strict)
             counts = self._counts[name]
             counts["decoded"] += d.decoded - moved
             counts["failed"] += d.failed + moved
             counts["nulls"] += d.nulls
             self._ids[name].update(i for i in pc.unique(d.schema_ids).to_pylist() if i is not None)
-            columns += [d.schema_ids, data, errors]
+            columns += [d.schema_ids, errors] if data is None else [d.schema_ids, data, errors]
         return pa.RecordBatch.from_arrays(columns, schema=self.schema)
 
     def _conform(self, d: Decoded, want: pa.DataType, chunk: pa.RecordBatch, name: str,

@@ -23,6 +23,9 @@ Absent from untyped topics' manifests, which are what they were.
 Versions: 1, each Parquet object one row group; 2, a row group per 4 MiB of records
 (records.ROW_GROUP_BYTES: objects are written as their records arrive), the same rows and
 columns. Readers read both: Parquet readers take any row groups, and the keys are the same.
+3: a typed topic's (with `typed`; its objects have typed columns). An untyped range's manifest
+stays version 2, so a matos-dagster from before typed columns reads it still, and says of a
+version 3 one that it must be upgraded to read it.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ from typing import Any
 from matos_dagster.core.offsets.ranges import OffsetRange
 
 VERSION = 2
-VERSIONS = (1, 2)  # what readers accept
+TYPED_VERSION = 3
+VERSIONS = (1, 2, 3)  # what readers accept
 OBJECT_KEYS = ("name", "records", "bytes", "md5", "first_offset", "last_offset", "min_timestamp", "max_timestamp")
 
 
@@ -56,7 +60,7 @@ def build(r: OffsetRange, fmt: str, objects: list[dict], typed: dict[str, str] |
     ts_min = [o["min_timestamp"] for o in objects if o["min_timestamp"] is not None]
     ts_max = [o["max_timestamp"] for o in objects if o["max_timestamp"] is not None]
     return {
-        "version": VERSION,
+        "version": TYPED_VERSION if typed else VERSION,
         "topic": r.topic,
         "partition": r.partition,
         "start": r.start,

@@ -90,20 +90,50 @@ def test_a_typed_topics_table_evolves_with_its_objects_and_answers_queries_of_th
         assert [(r["offset"], r["id"], r["note"]) for r in rows] == [(o, i, n) for o, i, _, n, _ in want]
 
 
-def test_an_object_typed_null_is_refused_by_the_table_with_the_reason(swift, tables_on):
-    """No record of the object's values decoded: its `value_data` is of Arrow's null type, which an Iceberg
-    table of format version 2 has no type for. The table says so; the archive holds the object all the same."""
-    r = OffsetRange(TOPIC, 0, 0, 5)
-    table = typed(raw_rows(TOPIC, 0, 0, 5), 1)
-    table = table.set_column(table.schema.get_field_index("value_data"), "value_data", pa.nulls(5))
+def put_typed_object(store, table: pa.Table, r: OffsetRange, decoded: int) -> None:
+    """One object of range `r`, its manifest entry counting `decoded` values (the rest failed or null)."""
     data = encode(table, "parquet", table.schema)
+    name = layout.object_name(layout.range_dir("kafka", r), r.start, "parquet")
+    store.put(name, data)
+    nulls = raw_rows(TOPIC, 0, r.start, r.end)["value"].null_count
+    entry = {**object_entry(name, data, raw_rows(TOPIC, 0, r.start, r.end)), "typed": {"value": {
+        "format": "avro", "reader_schema_id": None, "schema_ids": [], "decoded": decoded,
+        "failed": r.end - r.start - nulls - decoded, "nulls": nulls}}}
+    store.put_json(layout.manifest_name("kafka", r), manifest.build(r, "parquet", [entry], {"value": "avro"}))
+
+
+def test_an_object_none_of_whose_values_decoded_has_no_data_column_and_the_table_reads_it_null(swift, tables_on):
+    """No record of the object's values decoded, so there is no type to give `value_data`: the archive
+    writes the object without that column (core/schemas/typed.py), the table adds it all the same and
+    reads its values' data as null, its errors as written, beside a typed object's fields."""
+    nothing = typed(raw_rows(TOPIC, 0, 0, 5), 1).drop_columns(["value_data"])
     with swift.store() as store:
         store.check()
-        name = layout.object_name(layout.range_dir("kafka", r), 0, "parquet")
-        store.put(name, data)
-        entry = {**object_entry(name, data, raw_rows(TOPIC, 0, 0, 5)), "typed": {"value": {
-            "format": "avro", "reader_schema_id": None, "schema_ids": [], "decoded": 0, "failed": 4, "nulls": 1}}}
-        store.put_json(layout.manifest_name("kafka", r), manifest.build(r, "parquet", [entry], {"value": "avro"}))
+        tables = Tables(store)
+        put_typed_object(store, nothing, OffsetRange(TOPIC, 0, 0, 5), 0)
+        put_range(store, "kafka", TOPIC, 0, 5, 10, 1)
+        tables.sync("kafka", TOPIC, 0)
+        table = tables.table(TOPIC)
+        assert tables.check("kafka", TOPIC).ok
+        rows = table.scan().to_arrow().sort_by("offset").to_pylist()
+    assert [r["value_data"] for r in rows[:5]] == [None] * 5
+    assert [r["value_error"] for r in rows[:5]] == [expected(o, 1, v)["value_error"]
+                                                   for o, v in zip(range(5), values(0, 5))]
+    assert [r["value_data"] for r in rows[5:]] == [expected(o, 1, v, unified=1)["value_data"]
+                                                  for o, v in zip(range(5, 10), values(5, 10))]
+
+
+def test_a_field_of_arrows_null_type_is_refused_by_the_table_with_the_reason(swift, tables_on):
+    """A field typed null inside the value (an Avro field of type "null"): an Iceberg table of format
+    version 2 has no such type. The table says so; the archive holds the object all the same."""
+    table = typed(raw_rows(TOPIC, 0, 0, 5), 1)
+    data = table["value_data"].combine_chunks()
+    with_null = pa.StructArray.from_arrays([*data.flatten(), pa.nulls(5)], names=["customer", "amount", "nothing"],
+                                           mask=data.is_null())
+    table = table.set_column(table.schema.get_field_index("value_data"), "value_data", with_null)
+    with swift.store() as store:
+        store.check()
+        put_typed_object(store, table, OffsetRange(TOPIC, 0, 0, 5), 4)
         with pytest.raises(TableError, match="value_data.*null type"):
             Tables(store).sync("kafka", TOPIC, 0)
 

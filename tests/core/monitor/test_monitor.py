@@ -257,3 +257,26 @@ def test_compaction_below_and_across_the_mark_keeps_it_valid_and_the_judgement_t
     again = judge(0, 500, 400, newer, known=given)
     assert (again.status, again.ahwm, again.gaps, again.overlaps, again.lost) == (
         full.status, full.ahwm, full.gaps, full.overlaps, full.lost) == (OK, 400, [], [], [])
+
+
+def test_a_typed_topics_records_that_did_not_decode_are_counted_once_each_and_carried_in_what_is_known():
+    """The counts come from the manifests of the ranges an evaluation lists; those below what is
+    known are carried in `Known` (and in the archive's mark), so the next evaluation, which lists
+    from there on, still shows them without reading those manifests again."""
+    entries = [Entry(0, 100, RANGE), Entry(100, 200, RANGE), Entry(250, 300, RANGE)]
+    counts = {(0, 100): {"value": (90, 10)}, (100, 200): {"value": (99, 1)}, (250, 300): {"value": (45, 5)}}
+    first = evaluate_partition(T, 0, 0, 300, 300, entries, None, [], NOW, None, counts)
+    assert (first.decoded, first.not_decoded) == ({"value": 234}, {"value": 16})
+    assert first.known.decode == (("value", 189, 11),)  # below the gap at 200 only
+    assert Known.from_json(first.known.to_json()) == first.known
+
+    # The gap filled: the next evaluation lists [200, 300) only, and counts all of it.
+    later = [Entry(200, 250, RANGE), Entry(250, 300, RANGE)]
+    more = {(200, 250): {"value": (50, 0)}, (250, 300): {"value": (45, 5)}}
+    second = evaluate_partition(T, 0, 0, 300, 300, later, None, [], NOW, first.known, more)
+    assert (second.decoded, second.not_decoded) == ({"value": 284}, {"value": 16})
+    assert second.known.decode == (("value", 284, 16),)
+    # An untyped topic's evaluation has no counts, and its Known is written as before.
+    plain = judge(0, 100, 100, [(0, 100)])
+    assert plain.not_decoded == {} and len(plain.known.to_json()) == 5
+    assert Known.from_json([0, 100, 1, 100, []]).decode == ()

@@ -81,9 +81,9 @@ def test_a_version_1_manifest_still_reads_back_to_its_bytes_and_a_newer_version_
     old = {**doc, "version": 1}
     m = manifest.Manifest.from_json(old)
     assert m.version == 1 and canonical_json(m.to_json()) == canonical_json(old)
-    with pytest.raises(manifest.ManifestError, match="manifest version 3 is not one this matos-dagster reads "
-                                                     r"\(1, 2\): upgrade matos-dagster"):
-        manifest.Manifest.from_json({**doc, "version": 3})
+    with pytest.raises(manifest.ManifestError, match="manifest version 4 is not one this matos-dagster reads "
+                                                     r"\(1, 2, 3\): upgrade matos-dagster"):
+        manifest.Manifest.from_json({**doc, "version": 4})
 
 
 # -- build's refusals: an object set that would put an offset twice, or outside its range, in a manifest --
