@@ -24,6 +24,7 @@ class JobCommand:
     example: str
     topic_in_file: bool = True  # the topic must be in the topics file
     least: tuple[tuple[str, int], ...] = ()  # (field, its smallest value): refused before any run
+    check: Callable[[dict], None] | None = None  # more refusals before any run: raises Refused
 
 
 def _load_config():
@@ -39,6 +40,16 @@ def _verify_config():
 def _restore_config():
     from matos_dagster.jobs.restore import RestoreConfig
     return RestoreConfig
+
+
+def _restore_check(config: dict) -> None:
+    """A target schema registry URL that is not one is refused here, not by a failed run."""
+    from matos_dagster.core.restore.plan import RestoreRefused
+    from matos_dagster.core.restore.registry import target_registry
+    try:
+        target_registry(config.get("target_schema_registry_url", ""))
+    except RestoreRefused as e:
+        raise Refused(f"--target-schema-registry-url: {e}") from None
 
 
 def _compact_config():
@@ -67,7 +78,7 @@ COMMANDS = (
     JobCommand("restore", "restore", "restore_records", _restore_config,
                "restore archived records from Swift into a Kafka topic, exactly once",
                "restore demo --partition 0 --target-topic demo-restored", topic_in_file=False,
-               least=(("partition", -1), ("start", -1), ("end", -1))),
+               least=(("partition", -1), ("start", -1), ("end", -1)), check=_restore_check),
     JobCommand("compact", "compact", "compact_archive", _compact_config,
                "merge a topic's small archived ranges into large ones, exactly once",
                "compact demo --partition 0", least=(("partition", -1), ("max_groups", 0))),
@@ -137,6 +148,8 @@ def run(spec: JobCommand, args: argparse.Namespace) -> int:
     for name, least in spec.least:
         if config.get(name) is not None and config[name] < least:
             raise Refused(f"--{name.replace('_', '-')} must be {least} or more, got {config[name]}")
+    if spec.check is not None:
+        spec.check(config)
     if spec.topic_in_file and "topic" in config:
         topic_of(config["topic"])
     try:

@@ -244,6 +244,14 @@ SETTINGS: tuple[Setting, ...] = (
             secret=True),
     Setting("MATOS_SCHEMA_REGISTRY_CA_FILE", "",
             "PEM file of the CA for the registry's certificate; empty: system CAs.", kind=File()),
+    Setting("MATOS_TARGET_SCHEMA_REGISTRY_USERNAME", "",
+            "Basic-auth user of the registry a restore registers the archived schemas in (the restore's "
+            "`target_schema_registry_url`, another cluster's); empty: no auth."),
+    Setting("MATOS_TARGET_SCHEMA_REGISTRY_PASSWORD", "",
+            "Basic-auth password of the restore's target schema registry.", secret=True),
+    Setting("MATOS_TARGET_SCHEMA_REGISTRY_CA_FILE", "",
+            "PEM file of the CA for the restore's target schema registry's certificate; empty: system CAs.",
+            kind=File()),
     # Reading in place: Swift's S3 API and the Iceberg tables (docs/operations/reading.md)
     Setting("MATOS_S3_ENDPOINT", "",
             "Swift's S3 API (s3api middleware), `http(s)://host:port`; empty: the host of Swift's storage URL.", kind=Url(empty=True)),

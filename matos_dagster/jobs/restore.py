@@ -10,6 +10,9 @@ with, for example,
 Select by `partition` + `[start, end)`, or by archive partition `keys`, and/or by a time
 window `[since_ms, until_ms)`. The exactly-once design (one transaction per object with a
 progress marker in the consumer group `matos-restore-<target>`) is in `matos_dagster/core/restore/task.py`.
+`target_schema_registry_url` registers the archived schemas in another registry and rewrites
+the records' schema ids to its own (`matos_dagster/core/restore/registry.py`); its credentials
+come from the MATOS_TARGET_SCHEMA_REGISTRY_* settings, never from run config.
 """
 
 from typing import Optional
@@ -17,7 +20,9 @@ from typing import Optional
 from dagster import Config, MetadataValue, OpExecutionContext, Output, job, op
 from pydantic import Field
 
+from matos_dagster.core.restore import schema_ids
 from matos_dagster.core.restore.plan import Request
+from matos_dagster.core.restore.registry import target_registry
 from matos_dagster.core.restore.run import Report
 from matos_dagster.core.restore.run import restore as run_restore
 from matos_dagster.core.swift import layout
@@ -47,6 +52,13 @@ class RestoreConfig(Config):
                           "produce nothing.")
     group: str = Field(default="", description="Consumer group of the progress marker; empty: "
                        "matos-restore-<target>. Use a new one to restore the same records again on purpose.")
+    target_schema_registry_url: str = Field(
+        default="", description="Schema registry of the target cluster, `http(s)://host:port`: before producing, "
+        "register there every archived schema the restored records name (under `<target_topic>-value` / `-key`) and "
+        "rewrite each record's schema id to the one it gives (payload unchanged). Credentials: "
+        "MATOS_TARGET_SCHEMA_REGISTRY_USERNAME and MATOS_TARGET_SCHEMA_REGISTRY_PASSWORD. Empty: records keep "
+        "their schema ids, byte-exact.",
+    )
     prefix: Optional[str] = Field(
         default=None, description="Prefix between MATOS_SWIFT_PREFIX and topic=<topic>/; unset: the topic's "
         "prefix in the topics file (empty if it is not there).",
@@ -84,6 +96,7 @@ def restore_job(topics: list[TopicConfig] = ()):
                 keep_partition=config.keep_partition,
                 dry_run=config.dry_run,
                 group=config.group,
+                target_registry=target_registry(config.target_schema_registry_url),
                 **({"max_record_bytes": max_record_bytes[config.topic]} if config.topic in max_record_bytes else {}),
             )
             report = run_restore(req, kafka, store, spark.spark_session, say=context.log.info)
@@ -112,6 +125,12 @@ def metadata(report: Report) -> dict:
     if report.created_target is not None:
         meta["created_target_partitions"] = MetadataValue.int(report.created_target)
         meta["created_target_settings"] = MetadataValue.json(report.target_config)
+    if report.schema_ids:
+        meta["schema_ids_target"] = MetadataValue.json(
+            {side: {str(a): b for a, b in sorted(m.items())} for side, m in report.schema_ids.items()})
+    for side, counts in report.schema_id_counts().items():
+        for outcome in schema_ids.OUTCOMES:
+            meta[f"{side}_schema_ids_{outcome.replace(' ', '_')}"] = MetadataValue.int(counts.get(outcome, 0))
     if report.notes:
         meta["notes"] = MetadataValue.md("\n".join(f"- {n}" for n in report.notes))
     rows = [

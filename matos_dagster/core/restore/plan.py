@@ -23,6 +23,7 @@ from matos_dagster.core import reader
 from matos_dagster.core.offsets import spans
 from matos_dagster.core.offsets.ranges import OffsetRange, parse_key
 from matos_dagster.core.reader import Window
+from matos_dagster.core.schemas.sources import RegistrySource
 from matos_dagster.core.swift.store import Store, SwiftParams
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,9 @@ class Request:
     # The largest record the archive may hold (the topic's max_record_bytes): the producer's
     # limit when a manifest is too old to give its largest record.
     max_record_bytes: int = 16 * 1024**2
+    # Another registry to register the archived schemas in, rewriting the records' schema ids to
+    # its own (registry.py); None: the records keep their ids, byte-exact.
+    target_registry: RegistrySource | None = None
 
     @property
     def target_topic(self) -> str:
@@ -121,6 +125,7 @@ class Unit:
     timeout_s: float
     fault: Fault | None = None
     producer_conf: dict[str, Any] = field(default_factory=dict)  # set by `restore` once planned
+    schema_ids: dict[str, dict[int, int]] = field(default_factory=dict)  # side -> archived -> target id
 
     @property
     def partition(self) -> int:

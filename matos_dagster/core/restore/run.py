@@ -2,7 +2,9 @@
 marker and runs the units as Spark tasks, wave after wave, into a Report.
 
 What is restored is planned in plan.py, each unit's transactions are in task.py, the target's
-checks in target.py. No Dagster imports: the `restore` job is a thin shell around `restore`.
+checks in target.py. With a target registry, the archived schemas are registered there first,
+before the target is checked or created (registry.py), and the units carry the id map.
+No Dagster imports: the `restore` job is a thin shell around `restore`.
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ from confluent_kafka import Consumer
 
 from matos_dagster.core.kafka.client import KafkaClient
 from matos_dagster.core.kafka.log import LIBRDKAFKA_LOG
+from matos_dagster.core.restore import schema_ids
 from matos_dagster.core.restore.plan import Fault, Request, RestoreFailed, plan, waves
+from matos_dagster.core.restore.registry import register_archived
 from matos_dagster.core.restore.target import _prepare_target, demands
 from matos_dagster.core.restore.task import _committed, restore_unit
+from matos_dagster.core.schemas.sources import ArchivedSource
 from matos_dagster.core.spark.tasks import run_tasks, task_error
 from matos_dagster.core.swift.store import Store
 
@@ -40,6 +45,15 @@ class Report:
     target_config: dict[str, str] = field(default_factory=dict)  # settings given to a created target
     notes: list[str] = field(default_factory=list)  # what the operator should know (kept timestamps, ...)
     duration_s: float = 0.0
+    # With a target registry: side -> archived schema id -> the target registry's id.
+    schema_ids: dict[str, dict[int, int]] = field(default_factory=dict)
+
+    def schema_id_counts(self) -> dict[str, dict[str, int]]:
+        """Per side, how many records had their id rewritten, kept, or had none to rewrite."""
+        out: dict[str, dict[str, int]] = {}
+        for u in self.units:
+            schema_ids.add_counts(out, u.get("schema_ids", {}))
+        return out
 
     @property
     def records(self) -> int:
@@ -73,10 +87,17 @@ def restore(
         say(f"{mode}no archived record of {req.topic} matches the selection (under {req.prefix!r}/topic={req.topic}/)")
         report.duration_s = time.monotonic() - t0
         return report
+    if req.target_registry is not None:  # before anything is created or produced
+        used = schema_ids.used(o for u in units for o in u.objects)
+        registered = register_archived(ArchivedSource(store, req.prefix, req.topic), req.target_registry,
+                                       req.target_topic, used, req.dry_run, say)
+        report.schema_ids, report.notes = registered.ids, list(registered.notes)
+        units = [dataclasses.replace(u, schema_ids=registered.ids) for u in units]
     sources = sorted({u.partition for u in units})
     needs = demands(units)
-    report.created_target, report.target_config, report.notes = _prepare_target(
+    report.created_target, report.target_config, notes = _prepare_target(
         req, conf, kafka.timeout_s, sources, needs, say)
+    report.notes += notes
     # librdkafka refuses, before sending, a record above its message.max.bytes (1,000,000 by
     # default): the producer must take the largest record the archive took.
     largest = needs.largest_record_bytes if needs.unsized_objects == 0 else max(
@@ -119,6 +140,8 @@ def restore(
         f"{mode}{verb} {report.records} record(s) from {len(units)} range(s) ({report.skipped} already restored) "
         f"of {req.topic} into {req.target_topic} in {report.duration_s:.1f}s"
     )
+    for side, counts in report.schema_id_counts().items():
+        say(f"{side} schema ids: " + ", ".join(f"{counts.get(k, 0)} {k}" for k in schema_ids.OUTCOMES))
     return report
 
 

@@ -21,6 +21,8 @@ needs another group (or the group deleted).
 
 Only an object's raw columns are produced (records/unify.py's `raw`): a typed topic's typed
 columns are what the archive decoded from those bytes, never part of the record restored.
+With a target registry (registry.py), the unit carries the id map, and each key and value of a
+typed side has its wire prefix's schema id rewritten (schema_ids.py), its payload unchanged.
 
 A record Kafka still refuses as it is produced (the target's settings were checked before,
 see target.py) aborts its transaction and fails the run naming the setting (RestoreFailed),
@@ -41,6 +43,7 @@ from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException
 
 from matos_dagster.core import reader
 from matos_dagster.core.records.unify import raw
+from matos_dagster.core.restore import schema_ids
 from matos_dagster.core.restore.plan import RestoreFailed, Unit
 from matos_dagster.core.swift.store import Store
 
@@ -50,6 +53,7 @@ def restore_unit(unit: Unit) -> dict:
     result = {
         "range": str(unit.source), "partition": unit.partition, "start": unit.lo, "end": unit.hi,
         "records": 0, "transactions": 0, "objects": 0, "skipped": False, "resumed_from": None, "marker": None,
+        "schema_ids": {},  # side -> outcome -> records (schema_ids.OUTCOMES), with a target registry
     }
     # A dry run fences nothing, so it must not wait for a transaction a crashed run left open
     # (read_committed asks the broker for stable offsets only).
@@ -101,7 +105,7 @@ def restore_unit(unit: Unit) -> dict:
                 result["records"] += table.num_rows
                 continue
             producer.begin_transaction()
-            _produce(producer, unit, table, o["name"])
+            counts = _produce(producer, unit, table, o["name"], schema_ids.for_object(unit.schema_ids, o))
             producer.send_offsets_to_transaction(
                 [TopicPartition(unit.source.topic, unit.partition, after)],
                 consumer.consumer_group_metadata(),
@@ -112,6 +116,7 @@ def restore_unit(unit: Unit) -> dict:
             producer.commit_transaction(unit.timeout_s * 4)
             result["records"] += table.num_rows
             result["marker"] = after
+            schema_ids.add_counts(result["schema_ids"], counts)
         return result
     except Exception:
         if producer is not None:
@@ -126,10 +131,19 @@ def restore_unit(unit: Unit) -> dict:
             store.close()
 
 
-def _produce(producer: Producer, unit: Unit, table: pa.Table, name: str = "") -> None:
-    """Produce the rows and wait for every delivery report; any failure raises RestoreFailed."""
+def _produce(producer: Producer, unit: Unit, table: pa.Table, name: str = "",
+             ids: schema_ids.IdMap | None = None) -> dict[str, dict[str, int]]:
+    """Produce the rows, their schema ids rewritten by `ids` (per side: archived -> target id),
+    and wait for every delivery report; any failure raises RestoreFailed. Per side, what became
+    of the ids (schema_ids.rewrite's outcomes)."""
     keys = table["key"].to_pylist()
     values = table["value"].to_pylist()
+    counts: dict[str, dict[str, int]] = {}
+    for side, mapping in (ids or {}).items():
+        if side == "key":
+            keys = schema_ids.rewrite_all(keys, mapping, counts.setdefault(side, {}))
+        elif side == "value":
+            values = schema_ids.rewrite_all(values, mapping, counts.setdefault(side, {}))
     headers = table["headers"].to_pylist()
     stamps = pc.cast(table["timestamp"], pa.int64()).to_pylist()
     failures: list[KafkaError] = []
@@ -156,6 +170,7 @@ def _produce(producer: Producer, unit: Unit, table: pa.Table, name: str = "") ->
     left = producer.flush(unit.timeout_s * 4)
     if failures or left:
         raise RestoreFailed(_delivery_failure(unit, name, failures, left))
+    return counts
 
 
 def _delivery_failure(unit: Unit, name: str, failures: list[KafkaError], left: int) -> str:
