@@ -12,6 +12,7 @@ from dagster import Definitions, EnvVar, in_process_executor
 
 from matos_dagster.assets.archive import archive_asset, ranges_partitions
 from matos_dagster.assets.monitor import monitor_automation, monitor_check
+from matos_dagster.assets.windows import summary_asset, windows_asset, windows_job, windows_sensor
 from matos_dagster.core import settings, topics
 from matos_dagster.jobs.backfill import backfill_job
 from matos_dagster.jobs.compact import compact_job, compact_schedule
@@ -72,13 +73,16 @@ SENSOR_INTERVAL_S = int(os.environ["MATOS_SENSOR_INTERVAL_S"])
 RETENTION = retention_job(TOPICS)
 COMPACT = compact_job(TOPICS)
 ADD_RANGES = add_ranges_job(TOPICS)
+TIMED = [t for t in TOPICS if t.time_window != "none"]  # event-time windows (assets/windows.py)
+WINDOW_JOBS = [windows_job(t) for t in TIMED]
 
 defs = Definitions(
-    assets=[archive_asset(t) for t in TOPICS],
+    assets=[archive_asset(t) for t in TOPICS] + [windows_asset(t) for t in TIMED] + [summary_asset(t) for t in TIMED],
     asset_checks=CHECKS,
     jobs=[load, ADD_RANGES, backfill_job(TOPICS, ADD_RANGES, lambda: defs.resolve_asset_graph()), acknowledge_loss_job(TOPICS), restore_job(TOPICS), verify_job(TOPICS), RETENTION, COMPACT,
-          iceberg_job(TOPICS)],
-    sensors=[lag_sensor(t, ranges_partitions(t), SENSOR_INTERVAL_S) for t in TOPICS] + [s for _, s in MONITORS],
+          iceberg_job(TOPICS), *WINDOW_JOBS],
+    sensors=[lag_sensor(t, ranges_partitions(t), SENSOR_INTERVAL_S) for t in TOPICS] + [s for _, s in MONITORS]
+    + [windows_sensor(t, j, SENSOR_INTERVAL_S) for t, j in zip(TIMED, WINDOW_JOBS)],
     schedules=[schedule for schedule, _ in MONITORS]
     + [retention_schedule(RETENTION, os.environ["MATOS_RETENTION_CRON"]),
        compact_schedule(COMPACT, TOPICS, os.environ["MATOS_COMPACT_CRON"])],

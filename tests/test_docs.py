@@ -25,7 +25,8 @@ MONTHS = ("January|February|March|April|May|June|July|August|September|October|N
 DATED = [
     (rf"\b({MONTHS})\.? \d{{1,2}}\b", "a month followed by a day"),
     (rf"\b\d{{1,2}} ({MONTHS})\b", "a day followed by a month"),
-    (r"\b20\d\d-\d\d-\d\d\b(?!T)", "a date"),  # an ISO timestamp in a code example is not a log date
+    # An ISO timestamp, or a date in code (a window key, a setting's default), is not a log's date.
+    (r"(?<!`)(?<!\")\b20\d\d-\d\d-\d\d\b(?![T`\"])", "a date"),
     (r"\bissue \d+", "an issue number"),
     (r"(?<![\w/])#\d{3,}\b", "an issue number"),
     (r"load average", "a load average"),

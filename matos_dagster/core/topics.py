@@ -73,6 +73,12 @@ class TopicConfig:
     key_schema_file: str = ""  # a schema kept as a file (values not framed); empty: the schema registry
     value_schema_file: str = ""
     decode_strict: bool = False  # a record that does not decode fails its range
+    # event-time windows (core/days/): a partition per day (or hour) of the records' timestamps, UTC
+    time_window: str = "day"  # day, hour, or none
+    allowed_lateness_s: float = 600.0
+    idle_s: float = 600.0
+    future_margin_s: float = 3600.0
+    windows_start: str = "2024-01-01"
 
     @property
     def asset_name(self) -> str:
@@ -82,6 +88,11 @@ class TopicConfig:
     @property
     def partitions_name(self) -> str:
         return self.asset_name + "_ranges"
+
+    @property
+    def windows_asset_name(self) -> str:
+        """The asset of the topic's complete days (or hours): `days_<topic>`, `hours_<topic>`."""
+        return f"{self.time_window}s_" + self.asset_name.removeprefix("archive_")
 
 
 # What each key of the topics file means: the reference in the documentation is generated from
@@ -113,6 +124,14 @@ HELP = {
     "value_schema_file": "The values' schema as a file, as key_schema_file.",
     "decode_strict": "`true`: a record that does not decode fails its range, naming its offset; `false`: it is "
                      "archived with null typed columns and its reason.",
+    "time_window": "Event-time windows of the records' timestamps (UTC) as a partitioned asset, each materialised "
+                   "when complete: `day`, `hour` or `none`.",
+    "allowed_lateness_s": "A window is complete when every partition's largest archived timestamp is this far "
+                          "past its end (or the partition is idle); a record of it archived later is late.",
+    "idle_s": "A partition archived up to its log end whose log end has not moved for this long holds back no window.",
+    "future_margin_s": "A timestamp further than this beyond now (a producer's clock ahead) moves no window; "
+                       "it is counted.",
+    "windows_start": "The first window (`YYYY-MM-DD`, UTC): records before it are counted in no window.",
 }
 
 _FIELDS = {f.name: f for f in fields(TopicConfig)}
@@ -231,7 +250,12 @@ def _build(values: dict[str, Any], where: str, registry_url: str = "", base: Pat
               "max_range_records", "lag_warn_records", "compact_bytes"):
         if getattr(topic, k) <= 0:
             raise TopicsFileError(f"{where}: {k} must be > 0, got {getattr(topic, k)}")
-    for k in ("batch_age_s", "stall_s", "compact_min_age_s", "compact_grace_s", "compact_span_s"):
+    if topic.time_window not in ("day", "hour", "none"):
+        raise TopicsFileError(f"{where}: time_window must be day, hour or none, got {topic.time_window!r}")
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", topic.windows_start):
+        raise TopicsFileError(f"{where}: windows_start must be a date like 2024-01-01, got {topic.windows_start!r}")
+    for k in ("batch_age_s", "stall_s", "compact_min_age_s", "compact_grace_s", "compact_span_s",
+              "allowed_lateness_s", "idle_s", "future_margin_s"):
         if getattr(topic, k) < 0:
             raise TopicsFileError(f"{where}: {k} must be >= 0, got {getattr(topic, k)}")
     if topic.object_bytes > SWIFT_MAX_OBJECT // 2:

@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from matos_dagster.core.days import buckets
 from matos_dagster.core.offsets.ranges import OffsetRange
 from matos_dagster.core.records import unify
 from matos_dagster.core.records.objects import decode, encode_hashed
@@ -119,6 +120,7 @@ def _flush(tables: list[pa.Table], nbytes: int, job: MergeJob, store: Store) -> 
         "last_offset": offsets[-1].as_py(),
         "min_timestamp": known["min"].as_py(),
         "max_timestamp": known["max"].as_py(),
+        "hours": buckets.to_json(buckets.of_records(table["timestamp"], offsets, row_sizes(table))[0]),
     }
     typed = unify.typed_fields(table.schema)
     if typed:

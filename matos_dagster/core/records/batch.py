@@ -14,8 +14,9 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from matos_dagster.core.days import buckets
 from matos_dagster.core.records import arrays as arrow_arrays
-from matos_dagster.core.records.objects import ObjectWriter
+from matos_dagster.core.records.objects import ObjectWriter, row_sizes
 from matos_dagster.core.records.schema import HEADER, HEADERS, SCHEMA, TIMESTAMP_TYPES
 
 # Timestamp type names by confluent-kafka's number, for `Array.take`. Built from buffers, as
@@ -59,6 +60,7 @@ class Batch:
         self.last_offset: int | None = None
         self.min_timestamp: int | None = None
         self.max_timestamp: int | None = None
+        self.hours: buckets.Buckets = {}  # what the object holds of each hour (the days' unit)
 
     def _new_lists(self) -> None:
         self.offsets: list[int] = []
@@ -152,6 +154,8 @@ class Batch:
     def _emit(self, chunk: pa.RecordBatch) -> None:
         """A sealed chunk (SCHEMA) to the object: typed first for a typed topic (which may hold it
         until the object's types are known), then into the writer, or kept for `table()`."""
+        hours, _ = buckets.of_records(chunk.column("timestamp"), chunk.column("offset"), row_sizes(chunk))
+        self.hours = buckets.merge(self.hours, hours)
         for out in [chunk] if self._types is None else self._types.add(chunk):
             self._keep(out)
 
@@ -211,4 +215,5 @@ class Batch:
             "last_offset": self.last_offset,
             "min_timestamp": self.min_timestamp,
             "max_timestamp": self.max_timestamp,
+            "hours": buckets.to_json(self.hours),
         }

@@ -71,6 +71,16 @@ def schema_name(prefix: str, topic: str, schema_id: int) -> str:
     return join(topic_dir(prefix, topic), "_schemas", f"{schema_id}.json")
 
 
+def event_time_state_name(prefix: str, topic: str) -> str:
+    """What the event-time windows' evaluation knows of the topic (core/days/evaluate.py)."""
+    return join(topic_dir(prefix, topic), "_event_time", "_state.json")
+
+
+def window_name(prefix: str, topic: str, window_key: str) -> str:
+    """A complete window's record: per partition, the ranges and offsets that hold it (core/days/)."""
+    return join(topic_dir(prefix, topic), "_event_time", f"{window_key}.json")
+
+
 def compaction_cursor_name(prefix: str, topic: str, partition: int) -> str:
     # Outside every topic folder, so compacting a topic never lists it among its ranges.
     return join(prefix, "_compaction", f"topic={topic}", f"partition={partition}.json")

@@ -23,9 +23,10 @@ Absent from untyped topics' manifests, which are what they were.
 Versions: 1, each Parquet object one row group; 2, a row group per 4 MiB of records
 (records.ROW_GROUP_BYTES: objects are written as their records arrive), the same rows and
 columns. Readers read both: Parquet readers take any row groups, and the keys are the same.
-3: a typed topic's (with `typed`; its objects have typed columns). An untyped range's manifest
-stays version 2, so a matos-dagster from before typed columns reads it still, and says of a
-version 3 one that it must be upgraded to read it.
+3: `hours`, what the range holds of each hour of event time (core/days/buckets.py:
+`{"<hour start, ms>": [records, bytes, first_offset, last_offset, max_timestamp]}`, records
+without a timestamp in none), and for a typed topic `typed` (its objects have typed columns). A
+matos-dagster that reads 1 and 2 only says of a version 3 manifest that it must be upgraded.
 """
 
 from __future__ import annotations
@@ -33,10 +34,10 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+from matos_dagster.core.days import buckets
 from matos_dagster.core.offsets.ranges import OffsetRange
 
-VERSION = 2
-TYPED_VERSION = 3
+VERSION = 3
 VERSIONS = (1, 2, 3)  # what readers accept
 OBJECT_KEYS = ("name", "records", "bytes", "md5", "first_offset", "last_offset", "min_timestamp", "max_timestamp")
 
@@ -60,7 +61,7 @@ def build(r: OffsetRange, fmt: str, objects: list[dict], typed: dict[str, str] |
     ts_min = [o["min_timestamp"] for o in objects if o["min_timestamp"] is not None]
     ts_max = [o["max_timestamp"] for o in objects if o["max_timestamp"] is not None]
     return {
-        "version": TYPED_VERSION if typed else VERSION,
+        "version": VERSION,
         "topic": r.topic,
         "partition": r.partition,
         "start": r.start,
@@ -79,6 +80,8 @@ def build(r: OffsetRange, fmt: str, objects: list[dict], typed: dict[str, str] |
         if all("largest_record_bytes" in o for o in objects) else None,
         "objects": [{**{k: o[k] for k in OBJECT_KEYS}, **_largest(o), **_typed_of(o)} for o in objects],
         **({"typed": typed_totals(typed, objects)} if typed else {}),
+        **({"hours": buckets.to_json(buckets.merge(*(buckets.from_json(o["hours"]) for o in objects)))}
+           if objects and all("hours" in o for o in objects) else {}),
     }
 
 
@@ -146,6 +149,7 @@ class Manifest:
     largest_record_bytes: int | None = _ABSENT
     replaces: list[list[int]] = _ABSENT  # a compacted range's: the ranges it contains (core/compact/)
     typed: dict = _ABSENT  # a typed topic's: per side, format, schema ids, counts (the objects' summed)
+    hours: dict = _ABSENT  # per hour of event time: records, bytes, first and last offset, max timestamp
 
     @property
     def range(self) -> OffsetRange:

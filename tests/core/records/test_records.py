@@ -62,6 +62,9 @@ def test_stats_describe_the_batch():
         "last_offset": 14,
         "min_timestamp": 1_700_000_000_123,
         "max_timestamp": 1_700_000_000_125,
+        # What the batch holds of each hour of event time: records, bytes, first and last offset, the
+        # latest timestamp (core/days/buckets.py); the record without a timestamp is in no hour.
+        "hours": {"1699999200000": [3, 6, 10, 13, 1_700_000_000_125]},
     }
 
 
@@ -172,7 +175,9 @@ def test_a_batch_encoding_as_it_goes_writes_what_a_batch_kept_whole_writes(fmt, 
     streamed = gathered(5_000, True)
     assert streamed._chunks == [], "a batch given the format keeps no chunk: each went into the object"
     kept = gathered(1 << 40, False)
-    assert streamed.stats() == kept.stats() == {**streamed.writer(fmt).stats()}
+    assert streamed.stats() == kept.stats() == {**streamed.writer(fmt).stats(), "hours": kept.stats()["hours"]}
+    assert sum(n for n, *_ in kept.stats()["hours"].values()) == sum(r["timestamp"] is not None for r in
+                                                                     many_rows(1_000).to_pylist())
     assert streamed.writer(fmt).finish() == kept.writer(fmt).finish()
 
 

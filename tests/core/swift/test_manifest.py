@@ -77,7 +77,7 @@ def test_a_version_1_manifest_still_reads_back_to_its_bytes_and_a_newer_version_
     doc = manifest.build(OffsetRange("t", 0, 0, 10), "parquet", [
         {"name": "a", "records": 10, "bytes": 5, "md5": "m", "first_offset": 0, "last_offset": 9,
          "min_timestamp": 1, "max_timestamp": 7, "largest_record_bytes": 3, "record_bytes": 20}])
-    assert doc["version"] == manifest.VERSION == 2
+    assert doc["version"] == manifest.VERSION == 3
     old = {**doc, "version": 1}
     m = manifest.Manifest.from_json(old)
     assert m.version == 1 and canonical_json(m.to_json()) == canonical_json(old)

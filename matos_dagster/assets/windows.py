@@ -1,0 +1,151 @@
+"""A topic's event-time windows as Dagster partitions: `days_<topic>` (or `hours_<topic>`), each
+partition materialised once the day is completely archived (core/days/completeness.py says
+when), and again when late records of it are archived (a new data version: what depends on
+the day is then stale, and automation runs it again).
+
+The sensor evaluates the topic (core/days/evaluate.py: only the ranges archived since its last
+evaluation are read) and requests a run per window to (re)materialise; the asset reads the
+window's record and says what the day holds. `summary_<topic>` is the example of work that
+depends on a day: it reads the day's records straight from the ranges the record names.
+"""
+
+
+import time
+
+from dagster import (
+    AssetExecutionContext,
+    AssetKey,
+    AutomationCondition,
+    DailyPartitionsDefinition,
+    DataVersion,
+    DefaultSensorStatus,
+    Failure,
+    HourlyPartitionsDefinition,
+    MaterializeResult,
+    MetadataValue,
+    RunRequest,
+    SensorEvaluationContext,
+    SensorResult,
+    SkipReason,
+    TableColumn,
+    TableRecord,
+    TableSchema,
+    TimeWindowPartitionsDefinition,
+    asset,
+    define_asset_job,
+    sensor,
+)
+
+from matos_dagster.core.days import evaluate, windows
+from matos_dagster.core.days.completeness import Rules
+from matos_dagster.core.days.read import WindowNotComplete, read_window, window_record
+from matos_dagster.core.swift import layout
+from matos_dagster.core.topics import TopicConfig
+from matos_dagster.resources import KafkaResource, SwiftResource
+
+_COLUMNS = TableSchema(columns=[
+    TableColumn("partition", "int"), TableColumn("records", "int"), TableColumn("bytes", "int"),
+    TableColumn("first_offset", "int"), TableColumn("last_offset", "int"), TableColumn("late", "int"),
+    TableColumn("ranges", "string"),
+])
+
+
+def windows_partitions(topic: TopicConfig) -> TimeWindowPartitionsDefinition:
+    if topic.time_window == "hour":
+        return HourlyPartitionsDefinition(start_date=f"{topic.windows_start}-00:00", timezone="UTC")
+    return DailyPartitionsDefinition(start_date=topic.windows_start, timezone="UTC")
+
+
+def rules(topic: TopicConfig) -> Rules:
+    return Rules(length_ms=windows.window_ms(topic.time_window), allowed_lateness_ms=int(topic.allowed_lateness_s * 1000),
+                 idle_ms=int(topic.idle_s * 1000), future_margin_ms=int(topic.future_margin_s * 1000))
+
+
+def windows_asset(topic: TopicConfig):
+    @asset(
+        name=topic.windows_asset_name,
+        partitions_def=windows_partitions(topic),
+        group_name="event_time",
+        description=(f"The {topic.time_window}s of `{topic.name}` (records' timestamps, UTC) that are completely "
+                     "archived: a partition is materialised when its window is complete, and again when late "
+                     "records of it are archived."),
+    )
+    def _window(context: AssetExecutionContext, swift: SwiftResource) -> MaterializeResult:
+        with swift.store() as store:
+            prefix = layout.join(store.params.prefix, topic.prefix)
+            try:
+                doc = window_record(store, prefix, topic.name, context.partition_key)
+            except WindowNotComplete as e:
+                raise Failure(str(e)) from None
+        per = evaluate.summary(doc)
+        rows = [TableRecord({"partition": p, "records": s["records"], "bytes": s["bytes"],
+                             "first_offset": -1 if s["first_offset"] is None else s["first_offset"],
+                             "last_offset": -1 if s["last_offset"] is None else s["last_offset"],
+                             "late": s["late"], "ranges": ", ".join(s["ranges"])}) for p, s in per.items()]
+        return MaterializeResult(
+            metadata={
+                "records": MetadataValue.int(sum(s["records"] for s in per.values())),
+                "bytes": MetadataValue.int(sum(s["bytes"] for s in per.values())),
+                "late_records": MetadataValue.int(sum(s["late"] for s in per.values())),
+                "partitions": MetadataValue.table(rows, schema=_COLUMNS),
+                "window": MetadataValue.json({"start_ms": doc["start"], "end_ms": doc["end"]}),
+            },
+            data_version=DataVersion(evaluate.version_of(doc)),
+        )
+
+    return _window
+
+
+def windows_job(topic: TopicConfig):
+    return define_asset_job(f"{topic.windows_asset_name}_job", selection=[AssetKey(topic.windows_asset_name)])
+
+
+def windows_sensor(topic: TopicConfig, job, interval_s: int):
+    first_ms, _ = windows.parse(topic.windows_start, windows.DAY_MS)
+
+    @sensor(name=f"{topic.windows_asset_name}_sensor", job=job, minimum_interval_seconds=interval_s,
+            default_status=DefaultSensorStatus.RUNNING,
+            description=f"Materialises each {topic.time_window} of `{topic.name}` once it is completely archived.")
+    def _windows(context: SensorEvaluationContext, kafka: KafkaResource, swift: SwiftResource):
+        parts = kafka.partitions(topic.name)
+        marks = kafka.watermarks(topic.name, parts)
+        with swift.store() as store:
+            prefix = layout.join(store.params.prefix, topic.prefix)
+            done = evaluate.evaluate(store, prefix, topic.name, rules(topic), {p: marks[p][1] for p in parts},
+                                     int(time.time() * 1000))
+        requests = [RunRequest(run_key=f"{w.key}:{w.version}", partition_key=w.key)
+                    for w in done if w.doc["start"] >= first_ms]
+        if not requests:
+            return SkipReason(f"no {topic.time_window} of {topic.name} completed or got late records")
+        return SensorResult(run_requests=requests)
+
+    return _windows
+
+
+def summary_asset(topic: TopicConfig):
+    """The example of a user's own asset on a day: it depends on the day and runs when it is
+    complete (or changes), reading the day's records directly."""
+    name = "summary_" + topic.asset_name.removeprefix("archive_")
+
+    @asset(
+        name=name,
+        partitions_def=windows_partitions(topic),
+        deps=[AssetKey(topic.windows_asset_name)],
+        # Eager, for every day and not only the latest: a late record gives an older day a new version.
+        automation_condition=AutomationCondition.eager().without(AutomationCondition.in_latest_time_window()),
+        group_name="event_time",
+        description=f"Per {topic.time_window} of `{topic.name}`: records, bytes and keys, read from the archive "
+                    "once the window is complete (an example of depending on a window).",
+    )
+    def _summary(context: AssetExecutionContext, swift: SwiftResource) -> MaterializeResult:
+        with swift.store() as store:
+            prefix = layout.join(store.params.prefix, topic.prefix)
+            table = read_window(store, prefix, topic.name, context.partition_key)
+        keys = table["key"].unique() if table.num_rows else []
+        return MaterializeResult(metadata={
+            "records": MetadataValue.int(table.num_rows),
+            "distinct_keys": MetadataValue.int(len(keys)),
+            "value_bytes": MetadataValue.int(sum(len(v) for v in table["value"].to_pylist() if v is not None)),
+        })
+
+    return _summary

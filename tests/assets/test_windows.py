@@ -1,0 +1,137 @@
+"""A topic's days as Dagster partitions, on the real Kafka and Swift: a day is materialised when
+every partition's archive has passed it, again when a late record of it is archived, never by a
+producer clock in the future; an idle partition holds back nothing; the summary that depends on
+a day reads it straight from the ranges the day names, and automation runs it when the day
+changes."""
+
+import time
+import uuid
+
+import pytest
+from dagster import (
+    AssetKey,
+    DagsterInstance,
+    Definitions,
+    build_sensor_context,
+    evaluate_automation_conditions,
+    instance_for_test,
+    materialize,
+)
+
+from matos_dagster.assets.windows import summary_asset, windows_asset, windows_job, windows_sensor
+from matos_dagster.core.archive.range_run import archive_range
+from matos_dagster.core.days import windows
+from matos_dagster.core.offsets.ranges import OffsetRange
+from matos_dagster.core.swift import layout
+from matos_dagster.core.topics import TopicConfig
+
+TODAY = windows.start_of(int(time.time() * 1000), windows.DAY_MS)
+D1, D2, D3 = TODAY - 3 * windows.DAY_MS, TODAY - 2 * windows.DAY_MS, TODAY - windows.DAY_MS
+H = windows.HOUR_MS
+
+
+@pytest.fixture
+def instance():
+    with instance_for_test() as instance:
+        yield instance
+
+
+class Days:
+    """One topic's days: produce stamped records, archive what is new, evaluate, materialise."""
+
+    def __init__(self, kafka, swift, spark, name: str, **kw):
+        self.kafka, self.swift, self.spark, self.name = kafka, swift, spark, name
+        self.topic = TopicConfig(name, group=f"g-{uuid.uuid4().hex[:6]}", allowed_lateness_s=0, **kw)
+        self.sensor = windows_sensor(self.topic, windows_job(self.topic), 30)
+        self.asset, self.summary = windows_asset(self.topic), summary_asset(self.topic)
+        self.archived = {}
+
+    def produce(self, partition: int, *stamps: int) -> None:
+        p, failed = self.kafka.producer(), []
+        for ts in stamps:
+            p.produce(self.name, key=f"k{ts % 7}".encode(), value=str(ts).encode(), partition=partition, timestamp=ts,
+                      on_delivery=lambda err, msg: err and failed.append(err))
+        assert p.flush(30) == 0 and not failed, failed
+
+    def archive(self) -> None:
+        marks = self.kafka.watermarks(self.name, self.kafka.partitions(self.name))
+        with self.swift.store() as store:
+            for p, (_, high) in marks.items():
+                if high > self.archived.get(p, 0):
+                    archive_range(OffsetRange(self.name, p, self.archived.get(p, 0), high), self.topic, self.kafka,
+                                  store, self.spark)
+                    self.archived[p] = high
+
+    def evaluate(self) -> list[tuple[str, str]]:
+        """The sensor's run requests: (day, run key)."""
+        result = self.sensor(build_sensor_context(resources={"kafka": self.kafka, "swift": self.swift}))
+        return [(r.partition_key, r.run_key) for r in getattr(result, "run_requests", None) or []]
+
+    def materialize(self, day: str, instance: DagsterInstance):
+        result = materialize([self.asset], partition_key=day, resources={"swift": self.swift}, instance=instance)
+        return result.asset_materializations_for_node(self.asset.op.name)[0]
+
+
+def key(ms: int) -> str:
+    return windows.key(ms, windows.DAY_MS)
+
+
+def test_a_day_is_materialised_once_every_partition_has_passed_it_and_again_when_a_late_record_comes(
+        kafka, swift, spark, new_topic, instance):
+    # Kafka 4 refuses a record stamped over an hour ahead unless the topic allows it (this one does).
+    days = Days(kafka, swift, spark, new_topic(partitions=2, **{"message.timestamp.after.max.ms": str(2**62)}))
+    defs = Definitions(assets=[days.asset, days.summary], resources={"swift": swift})
+    automation = evaluate_automation_conditions(defs=defs, instance=instance)  # nothing yet: its first tick
+    days.produce(0, D1 + H, D1 + 2 * H, D2 + H)
+    days.produce(1, D1 + 3 * H)
+    days.archive()
+    assert days.evaluate() == []  # partition 1 has not passed D1 yet (nor is it idle: it just moved)
+
+    days.produce(1, D2 + 5 * H, 4_102_444_800_000 + 365 * windows.DAY_MS)  # and one stamped 2101: no day moves
+    days.archive()
+    requested = days.evaluate()
+    assert [d for d, _ in requested] == [key(D1)]  # D2 is not passed by partition 0 (D2 + 1 h)
+    m = days.materialize(key(D1), instance)
+    assert m.metadata["records"].value == 3 and m.metadata["late_records"].value == 0
+    rows = {r.data["partition"]: r.data for r in m.metadata["partitions"].value.records}
+    assert (rows[0]["records"], rows[0]["first_offset"], rows[0]["last_offset"]) == (2, 0, 1)
+    assert (rows[1]["records"], rows[1]["first_offset"], rows[1]["last_offset"]) == (1, 0, 0)
+    assert "partition=0/" in rows[0]["ranges"]
+    with swift.store() as store:
+        state = store.get_json(layout.event_time_state_name(store.params.prefix, days.name))
+    assert state["partitions"]["1"][2] == 1  # the record from 2101 is counted, and moved nothing
+    assert days.evaluate() == []  # nothing new: nothing requested again
+
+    # A record of D1 archived after D1 completed: late, a new data version, a new run for D1.
+    days.produce(0, D1 + 20 * H)
+    days.archive()
+    again = days.evaluate()
+    assert [d for d, _ in again] == [key(D1)] and again[0][1] != requested[0][1]
+    m2 = days.materialize(key(D1), instance)
+    assert m2.metadata["records"].value == 4 and m2.metadata["late_records"].value == 1
+    version = instance.get_latest_data_version_record(AssetKey(days.topic.windows_asset_name), partition_key=key(D1))
+    assert version is not None
+
+    # The summary depends on the day: automation asks for it, and it reads the day's four records.
+    automation = evaluate_automation_conditions(defs=defs, instance=instance, cursor=automation.cursor)
+    assert automation.get_requested_partitions(days.summary.key) == {key(D1)}
+    done = materialize([days.asset, days.summary], partition_key=key(D1), resources={"swift": swift},
+                       instance=instance, selection=[days.summary.key])
+    summary = done.asset_materializations_for_node(days.summary.op.name)[0]
+    assert summary.metadata["records"].value == 4 and summary.metadata["distinct_keys"].value >= 1
+    automation = evaluate_automation_conditions(defs=defs, instance=instance, cursor=automation.cursor)
+    assert automation.get_requested_partitions(days.summary.key) == set()  # done, until the day changes
+
+
+def test_an_idle_partition_holds_back_no_day(kafka, swift, spark, new_topic, instance):
+    days = Days(kafka, swift, spark, new_topic(partitions=2), idle_s=0)
+    days.produce(0, D1 + H, D3 + H)
+    days.produce(1, D1 + 2 * H)
+    days.archive()
+    days.produce(0, D3 + 2 * H)  # not archived yet: partition 0 is not idle, and has passed D2 only
+    # Partition 1 is archived to its log end, which does not move (idle_s: 0): it holds back nothing,
+    # and partition 0 has passed D2. D2 holds no record, and is complete all the same.
+    requested = days.evaluate()
+    assert [d for d, _ in requested] == [key(D1), key(D2)]
+    m = days.materialize(key(D2), instance)
+    assert m.metadata["records"].value == 0

@@ -1,0 +1,106 @@
+"""When a day (or hour) of a topic is complete, and what it holds: the rules, as situations.
+
+Times are in hours from a Monday 00:00 UTC; every range is given with its hour buckets, as an
+archive run's manifest will carry them.
+"""
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from matos_dagster.core.days import buckets, windows
+from matos_dagster.core.days.completeness import ArchivedRange, Rules, TopicTime, advance
+
+H = windows.HOUR_MS
+D = windows.DAY_MS
+MONDAY = 1_795_392_000_000  # 2026-11-23 00:00 UTC
+DAYS = Rules(length_ms=D, allowed_lateness_ms=H, idle_ms=10 * 60_000, future_margin_ms=H)
+
+
+def at(hours: float) -> int:
+    return MONDAY + int(hours * H)
+
+
+def rng(start: int, end: int, *stamps: float, untimed: int = 0) -> ArchivedRange:
+    """A range of one record per stamp (hours from Monday), offsets from `start`, 10 bytes each."""
+    ts = [at(h) for h in stamps]
+    b, _ = buckets.of_records(pa.array(ts, pa.int64()), pa.array(range(start, start + len(ts))),
+                              np.full(len(ts), 10))
+    return ArchivedRange(start, end, f"r{start}", b, untimed)
+
+
+def keys(updates) -> list[str]:
+    return [windows.key(u.start, D) + (" late" if u.late else "") for u in updates]
+
+
+def test_a_day_is_complete_when_every_partitions_watermark_has_passed_its_end():
+    state = TopicTime()
+    # Partition 0 has reached Tuesday 02:00 (minus an hour of lateness: 01:00); partition 1 only Monday 20:00.
+    state, done = advance(state, {0: [rng(0, 3, 1, 10, 26)], 1: [rng(0, 2, 5, 20)]}, {0: 10, 1: 10}, at(27), DAYS)
+    assert done == []
+    state, done = advance(state, {1: [rng(2, 3, 25.5)]}, {0: 10, 1: 10}, at(27), DAYS)
+    assert keys(done) == ["2026-11-23"]
+    monday = done[0].parts
+    assert {p: (x.records, x.bytes, x.first_offset, x.last_offset, list(x.ranges)) for p, x in monday.items()} == {
+        0: (2, 20, 0, 1, ["r0"]), 1: (2, 20, 0, 1, ["r0"])}
+
+
+def test_a_producer_clock_in_the_future_completes_nothing_and_is_counted():
+    state, done = advance(TopicTime(), {0: [rng(0, 2, 1, 24 * 365 * 174)]}, {0: 10}, at(2), DAYS)  # 2200
+    assert done == [] and state.partitions[0].future == 1 and state.partitions[0].max_ts == at(1)
+
+
+def test_an_idle_partition_holds_back_no_day():
+    state, _ = advance(TopicTime(), {0: [rng(0, 1, 1)], 1: [rng(0, 1, 30)]}, {0: 1, 1: 1}, at(30.5), DAYS)
+    # Partition 0 archived to its log end, which has not moved for the idle time: Monday is complete.
+    state, done = advance(state, {}, {0: 1, 1: 1}, at(30.5) + DAYS.idle_ms, DAYS)
+    assert keys(done) == ["2026-11-23"]
+    # A partition whose prefix does not reach its log end is not idle, however long it waits.
+    s2, _ = advance(TopicTime(), {0: [rng(0, 1, 1)], 1: [rng(0, 1, 30)]}, {0: 5, 1: 1}, at(30.5), DAYS)
+    s2, done = advance(s2, {}, {0: 5, 1: 1}, at(30.5) + 10 * DAYS.idle_ms, DAYS)
+    assert done == []
+
+
+def test_a_record_of_a_complete_day_archived_later_is_late_and_the_day_comes_again():
+    state, done = advance(TopicTime(), {0: [rng(0, 2, 1, 30)]}, {0: 10}, at(31), DAYS)
+    assert keys(done) == ["2026-11-23"]
+    state, done = advance(state, {0: [rng(2, 4, 2, 31)]}, {0: 10}, at(32), DAYS)
+    assert keys(done) == ["2026-11-23 late"] and done[0].parts[0].late == 1 and list(done[0].parts[0].ranges) == ["r2"]
+
+
+def test_days_without_a_record_between_complete_days_are_complete_too_but_not_before_the_first():
+    state, done = advance(TopicTime(), {0: [rng(0, 1, 1)]}, {0: 10}, at(1), DAYS)
+    state, done = advance(state, {0: [rng(1, 2, 24 * 4)]}, {0: 10}, at(24 * 4), DAYS)
+    assert keys(done) == ["2026-11-23", "2026-11-24", "2026-11-25"]
+    assert [sum(p.records for p in u.parts.values()) for u in done] == [1, 0, 0]
+    # At the first evaluation too: from the first day with a record (not from 1970).
+    state, done = advance(TopicTime(), {0: [rng(0, 2, 1, 24 * 3 + 1)]}, {0: 10}, at(24 * 3 + 1), DAYS)
+    assert keys(done) == ["2026-11-23", "2026-11-24", "2026-11-25"]
+
+
+def test_ranges_after_a_gap_wait_for_it():
+    state, done = advance(TopicTime(), {0: [rng(0, 1, 1), rng(5, 6, 40)]}, {0: 10}, at(41), DAYS)
+    assert done == [] and state.partitions[0].next_offset == 1
+
+
+def test_records_without_a_timestamp_belong_to_no_day_and_are_counted():
+    state, _ = advance(TopicTime(), {0: [rng(0, 3, 1, untimed=2)]}, {0: 10}, at(2), DAYS)
+    assert state.partitions[0].untimed == 2
+
+
+def test_hour_buckets_of_records_are_exact_before_1970_and_without_timestamps():
+    ts = pa.array([-1, 0, None, H + 5, H + 7], pa.int64())
+    b, untimed = buckets.of_records(ts, pa.array([10, 11, 12, 13, 14]), np.array([1, 2, 3, 4, 5]))
+    assert untimed == 1
+    assert b == {-H: [1, 1, 10, 10, -1], 0: [1, 2, 11, 11, 0], H: [2, 9, 13, 14, H + 7]}
+    assert buckets.merge(b, {H: [1, 1, 20, 20, H + 9]})[H] == [3, 10, 13, 20, H + 9]
+    assert buckets.from_json(buckets.to_json(b)) == b
+
+
+@pytest.mark.parametrize("grain, key", [("day", "2026-11-23"), ("hour", "2026-11-23-05:00")])
+def test_window_keys_are_dagsters_partition_keys_and_parse_back(grain, key):
+    length = windows.window_ms(grain)
+    start = windows.start_of(at(5.5), length)
+    assert windows.key(start, length) == key and windows.parse(key, length) == (start, start + length)
+    with pytest.raises(ValueError, match="is not a window of this topic"):
+        windows.parse("Tuesday", length)
