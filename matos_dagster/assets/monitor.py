@@ -29,6 +29,7 @@ from dagster import (
     define_asset_job,
 )
 
+from matos_dagster.core.days import evaluate as days_evaluate
 from matos_dagster.core.monitor import marks as monitor_marks
 from matos_dagster.core.monitor import report as monitor
 from matos_dagster.core.swift import layout
@@ -107,6 +108,7 @@ def monitor_check(topic: TopicConfig) -> AssetChecksDefinition:
                         counts.get(p),
                     )
                 )
+            event_time = days_evaluate.counts(store, prefix, topic.name) if topic.time_window != "none" else None
             for r in reports:  # written when it moves only
                 if r.known is not None and r.known != marked[r.partition]:
                     monitor_marks.write_mark(store, prefix, topic.name, r.partition, r.known)
@@ -134,6 +136,10 @@ def monitor_check(topic: TopicConfig) -> AssetChecksDefinition:
                     sum(b - a for r in reports for a, b in r.acknowledged)),
                 "partitions_in_error": MetadataValue.int(sum(r.status == monitor.ERROR for r in reports)),
                 **_decode_metadata(reports),
+                # The topic's days (assets/windows.py): records of a complete day archived late, and
+                # timestamps the days left out (a clock ahead, none at all).
+                **({k: MetadataValue.int(v) for k, v in event_time.items() if k != "complete_to_ms"}
+                   if event_time else {}),
                 "swift_listing_requests": MetadataValue.int(listings),
                 # Per partition: from what this evaluation started (monitor.start_from).
                 "started_from": MetadataValue.json({str(p): started[p] for p in parts}),

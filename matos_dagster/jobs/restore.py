@@ -21,7 +21,8 @@ from dagster import Config, MetadataValue, OpExecutionContext, Output, job, op
 from pydantic import Field
 
 from matos_dagster.core.restore import schema_ids
-from matos_dagster.core.restore.plan import Request
+from matos_dagster.core.restore.plan import Request, RestoreRefused
+from matos_dagster.core.days.read import WindowNotComplete, window_selection
 from matos_dagster.core.restore.registry import target_registry
 from matos_dagster.core.restore.run import Report
 from matos_dagster.core.restore.run import restore as run_restore
@@ -39,6 +40,9 @@ class RestoreConfig(Config):
         default=[], description="Archive partition keys (`<topic>:p<partition>:<start>-<end>`) instead of "
         "partition/start/end.",
     )
+    window: str = Field(default="", description="A complete day (`YYYY-MM-DD`) or hour (`YYYY-MM-DD-HH:00`) of the "
+                        "topic's days asset: its records only, read from the offsets its record names; instead of "
+                        "partition/start/end/keys/since/until.")
     since_ms: int = Field(default=-1, description="Only records stamped at or after this (Kafka ms); -1: no bound.")
     until_ms: int = Field(default=-1, description="Only records stamped before this (Kafka ms); -1: no bound.")
     target_topic: str = Field(default="", description="Topic to restore into; empty: the source topic. "
@@ -83,15 +87,30 @@ def restore_job(topics: list[TopicConfig] = ()):
     ) -> Output[int]:
         topic_prefix = config.prefix if config.prefix is not None else prefixes.get(config.topic, "")
         with swift.store() as store:
+            prefix = layout.join(store.params.prefix, topic_prefix)
+            keys, since_ms, until_ms = tuple(config.keys), _opt(config.since_ms), _opt(config.until_ms)
+            if config.window:
+                if keys or since_ms is not None or until_ms is not None or config.partition != -1 or _opt(
+                        config.start) is not None or _opt(config.end) is not None:
+                    raise RestoreRefused("window selects the records by itself: give it without partition, "
+                                  "start, end, keys, since_ms or until_ms")
+                try:
+                    keys, since_ms, until_ms = window_selection(store, prefix, config.topic, config.window)
+                except WindowNotComplete as e:
+                    raise RestoreRefused(str(e)) from None
+                if not keys:
+                    context.log.info(f"window {config.window} of {config.topic} holds no record: nothing to restore")
+                    return Output(0, metadata={"records": 0})
             req = Request(
                 topic=config.topic,
-                prefix=layout.join(store.params.prefix, topic_prefix),
+                prefix=prefix,
                 partitions=None if config.partition == -1 else (config.partition,),
                 start=_opt(config.start),
                 end=_opt(config.end),
-                keys=tuple(config.keys),
-                since_ms=_opt(config.since_ms),
-                until_ms=_opt(config.until_ms),
+                keys=keys,
+                since_ms=since_ms,
+                until_ms=until_ms,
+                scan_all=bool(config.window),
                 target=config.target_topic,
                 keep_partition=config.keep_partition,
                 dry_run=config.dry_run,

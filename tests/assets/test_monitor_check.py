@@ -74,6 +74,7 @@ def test_a_typed_topics_records_that_did_not_decode_are_shown_not_judged(kafka, 
         assert e.passed and e.metadata["status"].value == "OK"
         assert (e.metadata["value_decoded"].value, e.metadata["value_not_decoded"].value) == (18, 2)
         assert table(e)[0]["not_decoded"] == 2 and "2 records did not decode" in e.description
+        assert e.metadata["late_records"].value == 0  # the topic's days: none evaluated yet
 
 
 def test_lag_growing_above_the_threshold_warns(kafka, swift, spark_resource, instance, new_topic):

@@ -8,6 +8,7 @@ import time
 import uuid
 
 import pytest
+from helpers import read_kafka
 from dagster import (
     AssetKey,
     DagsterInstance,
@@ -20,7 +21,9 @@ from dagster import (
 
 from matos_dagster.assets.windows import summary_asset, windows_asset, windows_job, windows_sensor
 from matos_dagster.core.archive.range_run import archive_range
-from matos_dagster.core.days import windows
+from matos_dagster.core.days import evaluate, windows
+from matos_dagster.core.days.read import read_window
+from matos_dagster.jobs.restore import restore_job
 from matos_dagster.core.offsets.ranges import OffsetRange
 from matos_dagster.core.swift import layout
 from matos_dagster.core.topics import TopicConfig
@@ -77,7 +80,7 @@ def key(ms: int) -> str:
 
 
 def test_a_day_is_materialised_once_every_partition_has_passed_it_and_again_when_a_late_record_comes(
-        kafka, swift, spark, new_topic, instance):
+        kafka, swift, spark, spark_resource, new_topic, instance):
     # Kafka 4 refuses a record stamped over an hour ahead unless the topic allows it (this one does).
     days = Days(kafka, swift, spark, new_topic(partitions=2, **{"message.timestamp.after.max.ms": str(2**62)}))
     defs = Definitions(assets=[days.asset, days.summary], resources={"swift": swift})
@@ -109,6 +112,9 @@ def test_a_day_is_materialised_once_every_partition_has_passed_it_and_again_when
     assert [d for d, _ in again] == [key(D1)] and again[0][1] != requested[0][1]
     m2 = days.materialize(key(D1), instance)
     assert m2.metadata["records"].value == 4 and m2.metadata["late_records"].value == 1
+    with swift.store() as store:  # what the monitor check shows of the topic's days
+        assert evaluate.counts(store, store.params.prefix, days.name) == {
+            "late_records": 1, "future_timestamps": 1, "untimed_records": 0, "complete_to_ms": D2}
     version = instance.get_latest_data_version_record(AssetKey(days.topic.windows_asset_name), partition_key=key(D1))
     assert version is not None
 
@@ -121,6 +127,20 @@ def test_a_day_is_materialised_once_every_partition_has_passed_it_and_again_when
     assert summary.metadata["records"].value == 4 and summary.metadata["distinct_keys"].value >= 1
     automation = evaluate_automation_conditions(defs=defs, instance=instance, cursor=automation.cursor)
     assert automation.get_requested_partitions(days.summary.key) == set()  # done, until the day changes
+
+    # The day read and restored straight from the offsets its record names: D1's four records only.
+    with swift.store() as store:
+        day = read_window(store, store.params.prefix, days.name, key(D1))
+    assert sorted(day["value"].to_pylist()) == sorted(str(t).encode() for t in (D1 + H, D1 + 2 * H, D1 + 3 * H,
+                                                                                 D1 + 20 * H))
+    target = new_topic(partitions=2)
+    restored = restore_job([days.topic]).execute_in_process(
+        run_config={"ops": {"restore_records": {"config": {"topic": days.name, "window": key(D1),
+                                                             "target_topic": target}}}},
+        resources={"kafka": kafka, "swift": swift, "spark": spark_resource}, instance=instance)
+    assert restored.success and restored.output_for_node("restore_records") == 4
+    assert sorted(r["value"] for p in (0, 1) for r in read_kafka(kafka, target, p)) == sorted(
+        day["value"].to_pylist())
 
 
 def test_an_idle_partition_holds_back_no_day(kafka, swift, spark, new_topic, instance):

@@ -94,6 +94,7 @@ class PartitionTime:
     log_end: int = -1  # the log end last seen, and since when (idleness)
     log_end_since_ms: int = 0
     lost: int = 0  # offsets of acknowledged losses passed over (their records are in no window)
+    late: int = 0  # records of a window already complete when they were read
 
 
 @dataclass
@@ -150,6 +151,7 @@ def advance(state: TopicTime, ranges: dict[int, list[ArchivedRange]], log_ends: 
                 late = state.complete_to is not None and w + rules.length_ms <= state.complete_to
                 into = late_parts if late else state.pending
                 into.setdefault(w, {}).setdefault(partition, Part()).add(n, nb, lo, hi, r.name, late)
+                p.late += n if late else 0
             p.next_offset = r.end
     marks = [partition_watermark(state.partitions[q], log_ends[q], now_ms, rules) for q in log_ends]
     updates = [Update(w, w + rules.length_ms, parts, True) for w, parts in sorted(late_parts.items())]

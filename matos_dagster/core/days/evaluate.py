@@ -41,7 +41,7 @@ def state_to_json(state: TopicTime) -> dict:
     return {
         "complete_to": state.complete_to,
         "partitions": {str(p): [t.next_offset, t.max_ts, t.future, t.untimed, t.log_end, t.log_end_since_ms,
-                                t.lost] for p, t in sorted(state.partitions.items())},
+                                t.lost, t.late] for p, t in sorted(state.partitions.items())},
         "pending": {str(w): {str(p): part.ranges for p, part in parts.items()} for w, parts in state.pending.items()},
     }
 
@@ -135,3 +135,12 @@ def _hours_of_objects(store: Store, doc: dict, from_offset: int) -> tuple[hours.
         b, u = hours.of_records(table["timestamp"], table["offset"], row_sizes(table))
         total, untimed = hours.merge(total, b), untimed + u
     return total, untimed
+
+
+def counts(store: Store, prefix: str, topic: str) -> dict[str, int | None]:
+    """What the last evaluation counted over the topic (one GET, the state): late records, records
+    stamped beyond the future margin, records without a timestamp, and where complete windows end."""
+    state = state_from_json(store.get_json(layout.event_time_state_name(prefix, topic)))
+    ps = state.partitions.values()
+    return {"late_records": sum(p.late for p in ps), "future_timestamps": sum(p.future for p in ps),
+            "untimed_records": sum(p.untimed for p in ps), "complete_to_ms": state.complete_to}

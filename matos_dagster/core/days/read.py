@@ -42,3 +42,14 @@ def read_window(store: Store, prefix: str, topic: str, window_key: str) -> pa.Ta
     if not tables:
         return SCHEMA.empty_table()
     return tables[0] if len(tables) == 1 else concat(tables)
+
+
+def window_selection(store: Store, prefix: str, topic: str, window_key: str) -> tuple[tuple[str, ...], int, int]:
+    """A restore of the window: the offsets its record names per partition (as archive keys) and
+    its time bounds; (keys, since_ms, until_ms)."""
+    from matos_dagster.core.offsets.ranges import OffsetRange
+
+    doc = window_record(store, prefix, topic, window_key)
+    keys = tuple(OffsetRange(topic, p, s["first_offset"], s["last_offset"] + 1).key
+                 for p, s in sorted(evaluate.summary(doc).items()) if s["records"])
+    return keys, doc["start"], doc["end"]

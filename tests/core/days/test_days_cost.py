@@ -1,0 +1,57 @@
+"""Deciding which days are complete costs what it costs on the first day: after a year of days, an
+evaluation lists and reads only what was archived since the last one (on the real Swift)."""
+
+import uuid
+
+from matos_dagster.core.days import evaluate, windows
+from matos_dagster.core.days.completeness import Rules
+from matos_dagster.core.offsets.ranges import OffsetRange
+from matos_dagster.core.swift import layout
+from matos_dagster.core.swift.store import Store
+
+DAY = windows.DAY_MS
+START = 1_735_689_600_000  # 2025-01-01, UTC
+RULES = Rules(length_ms=DAY, allowed_lateness_ms=0, idle_ms=10**12)
+
+
+def put_day(store, prefix: str, topic: str, day: int) -> None:
+    """Range [day, day + 1) of partition 0: one record, at noon of day `day` after START."""
+    r = OffsetRange(topic, 0, day, day + 1)
+    ts = START + day * DAY + DAY // 2
+    store.put_json(layout.manifest_name(prefix, r), {"records": 1, "hours": {str(ts - ts % windows.HOUR_MS):
+                                                                                [1, 10, day, day, ts]}})
+
+
+def test_an_evaluation_after_a_year_of_days_lists_and_reads_what_it_does_after_one(swift, monkeypatch):
+    requests = {"list": 0, "get": 0}
+    real_list, real_get = Store.list_page, Store.get_json
+
+    def listed(store, *a, **kw):
+        requests["list"] += 1
+        return real_list(store, *a, **kw)
+
+    def got(store, *a, **kw):
+        requests["get"] += 1
+        return real_get(store, *a, **kw)
+
+    monkeypatch.setattr(Store, "list_page", listed)
+    monkeypatch.setattr(Store, "get_json", got)
+    cost, state_bytes = {}, {}
+    with swift.store() as store:
+        store.check()
+        for days in (1, 365):
+            topic = f"days-{uuid.uuid4().hex[:8]}"
+            for d in range(days):
+                put_day(store, store.params.prefix, topic, d)
+            done = evaluate.evaluate(store, store.params.prefix, topic, RULES, {0: days + 1}, START + 400 * DAY)
+            assert len(done) == days - 1  # every day but the last is passed by a later record
+            put_day(store, store.params.prefix, topic, days)  # the next day's range
+            before = dict(requests)
+            done = evaluate.evaluate(store, store.params.prefix, topic, RULES, {0: days + 2}, START + 400 * DAY)
+            assert [w.key for w in done] == [windows.key(START + (days - 1) * DAY, DAY)]
+            cost[days] = (requests["list"] - before["list"], requests["get"] - before["get"])
+            state_bytes[days] = len(store.get(layout.event_time_state_name(store.params.prefix, topic)))
+    print(f"event-time evaluation (listing requests, GETs) after 1 day and after a year: {cost}; "
+          f"state bytes: {state_bytes}")
+    assert cost[1] == cost[365]
+    assert state_bytes[365] < state_bytes[1] + 32  # only the days still open are kept (longer offsets only)
