@@ -1,9 +1,11 @@
 """`python -m matos_dev.bench [--quick] [--repeat N] [--out DIR] [--latency] [--history]` (`make bench`).
 
 Full setting: W1 = 1,000,000 records of 1 KiB, W2 = 5,000,000 records of 100 B (16-byte keys,
-one header, 4 partitions), memory at W1 and 4×W1. `--quick`: 100,000 and 200,000 records.
-Writes DIR/results.json, DIR/results.md and DIR/throughput.png. Each throughput path also
-counts the CPU-seconds of its own processes and of the Kafka and Swift servers (`report.cpu`).
+one header, 4 partitions), memory at W1 and 4×W1, then the typed workloads (bench/typed.py:
+1,000,000 Avro and JSON events of 1 KiB; `--no-typed` skips them). `--quick`: 100,000 and
+200,000 records, 20,000 events. Writes DIR/results.json, DIR/results.md and DIR/throughput.png
+(and DIR/typed.json, DIR/typed.md). Each throughput path also counts the CPU-seconds of its own
+processes and of the Kafka and Swift servers (`report.cpu`).
 """
 
 from __future__ import annotations
@@ -70,6 +72,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="only the peer comparison (bench/peer.py): the archive and Apache Iceberg's Kafka Connect "
                         "sink on W1 and W2, the sink's latency at two commit intervals (--no-latency to skip)")
     p.add_argument("--no-latency", action="store_true", help="--peer without the sink's latency runs")
+    p.add_argument("--typed", action="store_true",
+                   help="only the typed workloads (bench/typed.py): 1,000,000 events of about 1 KiB (--quick: "
+                        "20,000), Avro archived raw and typed, JSON typed against the Iceberg sink with JsonConverter")
+    p.add_argument("--typed-records", type=int, default=None,
+                   help="the typed workloads' events instead of 1,000,000 (--quick: 20,000)")
+    p.add_argument("--no-typed", action="store_true", help="skip the typed workloads (bench/typed.py)")
     p.add_argument("--peer-faults", action="store_true",
                    help="--peer: also the sink and then the archive under the same faults (the Connect worker "
                         "or an archive run SIGKILLed 3 times, the broker stopped once), compared record by record")
@@ -84,6 +92,10 @@ def main(argv: list[str] | None = None) -> int:
         from matos_dev.bench.peer import peer_main
 
         return peer_main(args, say)
+    if args.typed:
+        from matos_dev.bench.typed import typed_main
+
+        return typed_main(args, say)
     setting = "quick" if args.quick else "full"
     sizes = SETTINGS[setting]
     out = Path(args.out).resolve()
@@ -238,6 +250,10 @@ def main(argv: list[str] | None = None) -> int:
             say(f"latency: dagster dev, {args.latency_rate:g} records/s for {seconds:g}s")
             results["latency"] = latency.measure(stack, logs, args.latency_rate, seconds)
             say(f"latency: median {results['latency']['median_s']}s, p95 {results['latency']['p95_s']}s")
+        if not args.no_typed:  # last: its Connect worker and registry come and go on this stack
+            from matos_dev.bench import typed
+
+            results["typed"] = typed.run(stack, args, say, logs)
 
     results["finished"] = time.time()
     results["load_average_finished"] = os.getloadavg()
@@ -247,7 +263,12 @@ def main(argv: list[str] | None = None) -> int:
     (out / "results.md").write_text(md)
     (out / "throughput.png").write_bytes(throughput_png(results))
     print(md)
-    say(f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / 'throughput.png'}")
+    if results.get("typed"):
+        from matos_dev.bench import typed
+
+        typed.write(results["typed"], out)
+    say(f"wrote {out / 'results.json'}, {out / 'results.md'}, {out / 'throughput.png'}"
+        + (f", {out / 'typed.json'}, {out / 'typed.md'}" if results.get("typed") else ""))
     return 0
 
 

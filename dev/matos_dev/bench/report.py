@@ -412,7 +412,10 @@ def markdown(results: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m matos_dev.bench.report RESULTS.json [--markdown OUT.md] [--chart OUT.png]`."""
+    """`python -m matos_dev.bench.report RESULTS.json [--markdown OUT.md] [--chart OUT.png]`.
+
+    With a results.json that holds the typed workloads, their tables go to typed.md beside OUT.md;
+    a typed.json (`--typed`) gives those tables alone."""
     import argparse
     import json
     from pathlib import Path
@@ -423,10 +426,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--markdown", type=Path, help="write the tables here (default: print them)")
     p.add_argument("--chart", type=Path, help="draw the throughput chart here (PNG)")
     args = p.parse_args(argv)
-    results = summarize(json.loads(args.results.read_text()))
+    results = json.loads(args.results.read_text())
+    if results.get("kind") == "typed":  # a typed.json (`python -m matos_dev.bench --typed`): its tables only
+        from matos_dev.bench import typed_report
+
+        md = typed_report.markdown(typed_report.summarize(results))
+        if args.markdown:
+            args.markdown.write_text(md)
+        else:
+            print(md, end="")
+        return 0
+    results = summarize(results)
     md = markdown(results)
     if args.markdown:
         args.markdown.write_text(md)
+        if results.get("typed"):  # the typed workloads' tables beside it (included by the performance page)
+            from matos_dev.bench import typed_report
+
+            typed = typed_report.summarize(results["typed"])
+            args.markdown.with_name("typed.md").write_text(typed_report.markdown(typed))
     else:
         print(md, end="")
     if args.chart:

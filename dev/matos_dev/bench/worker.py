@@ -55,7 +55,7 @@ def main(spec_path: str) -> None:
     # archive's tree holding two idle RDD workers and their daemon, 250 MiB (PSS) it never uses.
     cores = spec["cores"]
     if spec["kind"] == "archive":
-        run_tasks(spark, _warm, range(cores * 4))
+        run_tasks(spark, _warm_typed if spec.get("topic_config") else _warm, range(cores * 4))
     else:
         spark.sparkContext.parallelize(range(cores * 4), cores).map(_warm).collect()
     session_ready = time.time()
@@ -63,8 +63,9 @@ def main(spec_path: str) -> None:
     with Store(swift) as store:
         store.check()
     ranges = [OffsetRange(*r) for r in spec["ranges"]]
+    # `topic_config`: more of the topic's settings (the typed bench's value_format, bench/typed.py).
     topic = TopicConfig(spec["topic"], group=spec["group"], slice_records=spec["slice_records"],
-                        object_bytes=spec["object_bytes"])
+                        object_bytes=spec["object_bytes"], **spec.get("topic_config", {}))
     servers = spec.get("servers", {})
     cpu0 = cpu_sample(_cpu_groups(servers))
     t0 = time.time()
@@ -114,6 +115,14 @@ def _warm(_: int) -> int:
 
     time.sleep(0.2)  # keeps every core busy, so every worker starts
     return 0
+
+
+def _warm_typed(i: int) -> int:
+    """_warm, and what a typed topic's task imports too (its decoders: numpy, fastavro, the registry client)."""
+    import matos_dagster.core.schemas.typed as _imported
+
+    del _imported
+    return _warm(i)
 
 
 def run_archive(spec, topic: TopicConfig, ranges, swift: SwiftParams, spark) -> tuple[list[dict], str]:

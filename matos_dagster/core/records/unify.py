@@ -50,7 +50,12 @@ def typed_fields(schema: pa.Schema) -> list[pa.Field]:
 def with_raw_types(table: pa.Table) -> pa.Table:
     """A typed object read from Parquet: SCHEMA's columns first, as SCHEMA types them; its typed ones as they are."""
     want = pa.schema([*SCHEMA, *typed_fields(table.schema)])
-    return table.select(want.names).cast(want)
+    # Only SCHEMA's columns are cast. A typed struct read from Parquet may hold nulls in a
+    # non-nullable child where its parent is null (a null record over a struct all of whose own
+    # fields are nullable): harmless, but Arrow's cast, even to the very same type, refuses it.
+    table = table.select(want.names)
+    return pa.Table.from_arrays([c if c.type == f.type else c.cast(f.type) for c, f in zip(table.columns, want)],
+                                schema=want)
 
 
 def unify(schemas: Sequence[pa.Schema], where: str = "") -> pa.Schema:

@@ -30,13 +30,15 @@ import datetime
 import decimal
 import io
 import uuid
+from collections.abc import Callable
 from functools import lru_cache
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import fastavro
 import pyarrow as pa
 from fastavro.read import SchemaResolutionError
 
+from matos_dagster.core.schemas import avro_columns as cols
 from matos_dagster.core.schemas.errors import SchemaError
 from matos_dagster.core.schemas.sources import AVRO, Schema, parse_json
 
@@ -59,6 +61,8 @@ class Compiled(NamedTuple):
     parsed: Any  # fastavro's parsed schema, for schemaless_reader
     type: pa.DataType
     convert: Convert
+    columns: Any = None  # how avro_columns reads a chunk of its records at once; None: fastavro only
+    bare_bytes: bool = False  # a bare "bytes" schema: see `read`
 
 
 @lru_cache(maxsize=256)
@@ -69,15 +73,24 @@ def compile(schema: Schema) -> Compiled:
     named: dict[str, Any] = {}
     parsed = _parse(schema, named)
     arrow, _, convert = _walk(parsed, named, ())
-    return Compiled(parsed, arrow, convert)
+    bare = arrow == pa.binary() and (parsed == "bytes" or isinstance(parsed, dict) and parsed.get("type") == "bytes")
+    return Compiled(parsed, arrow, convert, None if bare else _plan_columns(parsed, named, arrow), bare)
 
 
-def read(payload: bytes, writer: Compiled, reader: Compiled | None = None) -> Any:
+def read(payload: bytes, writer: Compiled, reader: Compiled | None = None, framed: bool = False) -> Any:
     """One record written with `writer`, as `reader` (None: the writer) sees it, converted for Arrow.
+
+    `framed`: the payload came in Confluent's wire format. Confluent's serializers (Java's and
+    Python's) write a value of a bare "bytes" schema as it is, not Avro-encoded, and their
+    deserializers read it so: such a payload is the value.
 
     Raises SchemaResolutionError if the writer's record cannot be read as the reader's, and
     ValueError (or what fastavro raises) for a corrupt payload.
     """
+    if framed and writer.bare_bytes:
+        if reader is not None and not reader.bare_bytes:
+            raise SchemaResolutionError("a bare bytes value is read as bare bytes only")
+        return payload
     buf = io.BytesIO(payload)
     value = fastavro.schemaless_reader(buf, writer.parsed, None if reader is None or reader is writer
                                        else reader.parsed, return_named_type=True)
@@ -244,3 +257,94 @@ def _record(converts: list[tuple[str, Callable]]) -> Callable[[dict], dict]:
 
 def _each(c: Convert) -> Convert:
     return None if c is None else (lambda items: [c(v) for v in items])
+
+
+# ------------------------------------------------ reading a chunk at once (avro_columns.py)
+
+_INT_LOGICAL = {"date": pa.date32(), "time-millis": pa.time32("ms")}
+_LONG_LOGICAL = {"time-micros": pa.time64("us"), "timestamp-millis": pa.timestamp("ms", "UTC"),
+                 "timestamp-micros": pa.timestamp("us", "UTC"), "timestamp-nanos": pa.timestamp("ns", "UTC"),
+                 "local-timestamp-millis": pa.timestamp("ms"), "local-timestamp-micros": pa.timestamp("us"),
+                 "local-timestamp-nanos": pa.timestamp("ns")}
+_COLUMNS = {"null": cols.Null, "boolean": cols.Boolean, "int": lambda: cols.Integer(pa.int32(), 32, None),
+            "long": lambda: cols.Integer(pa.int64(), 64, None), "float": lambda: cols.Floating(4),
+            "double": lambda: cols.Floating(8), "bytes": lambda: cols.Binary(False),
+            "string": lambda: cols.Binary(True)}
+
+
+def _plan_columns(parsed: Any, named: dict[str, Any], arrow_type: pa.DataType) -> cols.Node | None:
+    """How avro_columns reads a chunk of this schema's records at once; None where it leaves the
+    schema to fastavro, or would not give `arrow_type` (the mapping above stays the one definition)."""
+    try:
+        node = _plan(parsed, named, ())
+    except cols.Unsupported:
+        return None
+    return node if node.type.equals(arrow_type) else None
+
+
+def _plan(node: Any, named: dict, stack: tuple[str, ...]) -> cols.Node:
+    if isinstance(node, str):
+        if node in _COLUMNS:
+            return _COLUMNS[node]()
+        if node not in named:
+            raise cols.Unsupported(node)
+        node = named[node]
+    if isinstance(node, list):
+        return _plan_union(node, named, stack)
+    kind, logical = node["type"], node.get("logicalType")
+    if kind == "int" and logical in _INT_LOGICAL:
+        return cols.Integer(_INT_LOGICAL[logical], 32, logical)
+    if kind == "long" and logical in _LONG_LOGICAL:
+        return cols.Integer(_LONG_LOGICAL[logical], 64, logical)
+    if logical == "uuid" and kind in ("string", "fixed") or logical == "decimal" and kind in ("bytes", "fixed"):
+        raise cols.Unsupported(logical)
+    if kind in ("record", "error"):
+        name = node["name"]
+        if name in stack:
+            raise cols.Unsupported(f"recursive {name}")
+        fields = []
+        for f in node["fields"]:
+            child = _plan(f["type"], named, stack + (name,))
+            fields.append((pa.field(f["name"], child.type, nullable=_plan_nullable(f["type"])), child))
+        return cols.Record(fields)
+    if kind == "enum":
+        return cols.Enum(node["symbols"])
+    if kind == "fixed":
+        return cols.Fixed(node["size"])
+    if kind == "array":
+        item = _plan(node["items"], named, stack)
+        return cols.Items(item, pa.list_(pa.field("item", item.type, nullable=_plan_nullable(node["items"]))))
+    if kind == "map":
+        value = _plan(node["values"], named, stack)
+        values = pa.field("value", value.type, nullable=_plan_nullable(node["values"]))
+        return cols.Items(value, pa.map_(pa.string(), values), key=cols.Binary(True))
+    return _plan(kind, named, stack)
+
+
+def _plan_nullable(t: Any) -> bool:
+    return t == "null" or isinstance(t, list) and "null" in t or isinstance(t, dict) and t.get("type") == "null"
+
+
+# Unnamed branches `_python_kind` tells apart by their Python value: two of one family are read as the
+# first that fits (an int written as long), not as the branch written, so such unions stay with fastavro.
+_FAMILIES = {"int": "integer", "long": "integer", "float": "real", "double": "real"}
+
+
+def _plan_union(branches: list, named: dict, stack: tuple[str, ...]) -> cols.Node:
+    nodes = [_plan(b, named, stack) for b in branches]
+    others = [(b, n) for b, n in zip(branches, nodes) if b != "null"]
+    if not others:
+        raise cols.Unsupported("a union of null only")
+    if len(others) == 1:
+        return cols.Union(nodes, others[0][1].type)
+    families = [_branch_family(b, named) for b, _ in others]
+    if any(isinstance(b, dict) and b.get("logicalType") for b, _ in others) or len(set(families)) < len(families):
+        raise cols.Unsupported("union branches avro.py tells apart by their Python values")
+    return cols.Union(nodes, pa.struct([pa.field(f"member{i}", n.type) for i, (_, n) in enumerate(others)]))
+
+
+def _branch_family(branch: Any, named: dict) -> str:
+    if isinstance(branch, str):
+        return branch if branch in named else _FAMILIES.get(branch, branch)
+    kind = branch.get("type")
+    return branch.get("name", kind) if kind in ("record", "error", "enum", "fixed") else _FAMILIES.get(kind, str(kind))

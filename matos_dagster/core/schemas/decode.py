@@ -21,25 +21,36 @@ decode the reason why. The rules:
   several messages is typed by the most frequent one, the others are errors. JSON Schema
   records are all converted to the reader schema's type.
 
-Python values are built per record, then `pa.array` makes the column: pyarrow imports pandas
-(if installed) on its first conversion from Python objects, so pandas is imported on the
-first decode, never at import. Side is a frozen dataclass: it pickles to Spark workers.
+Framed Avro of the call's reader schema is read a column at a time, straight into Arrow
+(avro_columns.py: no Python object per record, about a fifth of the per-record path's CPU on
+the bench's events); every other record (another writer, a bad or unusual one, a schema that
+reader leaves alone) is read by fastavro, one Python value per record, and `pa.array` makes
+the column: the same data, errors and counts either way (tests/core/schemas/
+test_schema_avro_columns.py). pyarrow imports pandas (if installed) on its first conversion
+from Python objects, so pandas is imported on the first decode, never at import. Side is a
+frozen dataclass: it pickles to Spark workers.
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
-from matos_dagster.core.schemas import avro, json_schema, protobuf, wire
-from matos_dagster.core.schemas.errors import SchemaError, UndecodableRecord, UnknownSchema
+from matos_dagster.core.schemas import avro, avro_columns, json_schema, protobuf, wire
+from matos_dagster.core.schemas.errors import (
+    SchemaError,
+    UndecodableRecord,
+    UnknownSchema,
+)
 from matos_dagster.core.schemas.sources import AVRO, JSON, PROTOBUF, Source
 
-__all__ = ["Decoded", "FORMATS", "Side", "decode"]
+__all__ = ["FORMATS", "Decoded", "Side", "decode"]
 
 FORMATS = ("avro", "protobuf", "json_schema", "json", "none")
 SCHEMA_TYPES = {"avro": AVRO, "protobuf": PROTOBUF, "json_schema": JSON}
@@ -89,6 +100,10 @@ def decode(values: pa.Array | pa.ChunkedArray, side: Side, source: Source | None
 
     `offsets`, if given, the records' Kafka offsets: strict mode names the failing one by it.
     """
+    if side.format == "avro" and source is not None and source.framed:
+        columns = _avro_columns(values, side, source, offsets)
+        if columns is not None:
+            return columns
     raw = values.to_pylist()
     call = _Call(len(raw))
     reader_id, arrow_type = None, pa.null()
@@ -113,6 +128,50 @@ def decode(values: pa.Array | pa.ChunkedArray, side: Side, source: Source | None
                    decoded=decoded, failed=failed, nulls=nulls)
 
 
+def _avro_columns(values: pa.Array | pa.ChunkedArray, side: Side, source: Source,
+                  offsets: Sequence[int] | None) -> Decoded | None:
+    """`decode` of framed Avro, the records of the reader's own schema read a column at a time
+    (avro_columns.py), the others (another writer, a bad record, one avro_columns leaves to
+    fastavro) by the per-record path: the same result, without a Python object per record.
+    None when there is nothing to read so (then `decode` reads every record itself)."""
+    arr = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    if arr.type != pa.binary():
+        return None
+    n = len(arr)
+    ids = avro_columns.schema_ids(arr)
+    named = set(np.unique(ids[ids >= 0]).tolist())
+    if not named:
+        return None
+    compiled, reader_id = _schemas(named, side, source, avro.compile)
+    reader = compiled.get(reader_id)
+    if reader is None or isinstance(reader, str) or reader.columns is None:
+        return None
+    fast = np.flatnonzero(ids == reader_id)
+    data, ok = avro_columns.read(reader.columns, arr, fast, wire.HEADER)
+    good = fast[ok]
+    if not len(good):
+        return None
+    rest = np.setdiff1d(np.arange(n), good, assume_unique=True)
+    if len(rest):
+        call = _Call(len(rest))
+        _avro_records(_split(arr.take(pa.array(rest)).to_pylist(), side, source, call), compiled, reader_id, call)
+        order = np.empty(n, np.int64)
+        order[good], order[rest] = np.arange(len(good)), len(good) + np.arange(len(rest))
+        data = pa.concat_arrays([data.filter(pa.array(ok)), _to_arrow(call, reader.type)]).take(pa.array(order))
+        errors = [None] * n
+        for k, e in zip(rest.tolist(), call.errors):
+            errors[k] = e
+    else:
+        errors = []
+    failed = sum(e is not None for e in errors)
+    if side.strict and failed:
+        first = next(i for i, e in enumerate(errors) if e is not None)
+        raise UndecodableRecord(first, errors[first], None if offsets is None else int(offsets[first]))
+    return Decoded(data, pa.array(ids, pa.int32(), mask=ids < 0),
+                   pa.array(errors, pa.string()) if errors else pa.nulls(n, pa.string()), reader_id,
+                   decoded=n - arr.null_count - failed, failed=failed, nulls=arr.null_count)
+
+
 def _split(raw: list, side: Side, source: Source, call: _Call) -> list[tuple[int, int | None, tuple, bytes]]:
     """(index, schema id, message indexes, payload) of every record to decode."""
     parts = []
@@ -131,7 +190,7 @@ def _split(raw: list, side: Side, source: Source, call: _Call) -> list[tuple[int
     return parts
 
 
-def _schemas(parts: list, side: Side, source: Source, compile_) -> tuple[dict, int | None]:
+def _schemas(named: set, side: Side, source: Source, compile_) -> tuple[dict, int | None]:
     """Every named schema compiled (or the reason it cannot be), and the reader's id.
 
     A FileSource's schema is configuration: if it is unusable, that raises. A registered one
@@ -139,7 +198,7 @@ def _schemas(parts: list, side: Side, source: Source, compile_) -> tuple[dict, i
     """
     kind = SCHEMA_TYPES[side.format]
     compiled: dict[int | None, Any] = {}
-    ids: list[int | None] = sorted({p[1] for p in parts})
+    ids: list[int | None] = sorted(named)
     if not source.framed:
         ids = [None]  # the file's schema: its type even when every value is null
     elif side.reader_schema_id is not None:
@@ -164,9 +223,15 @@ def _schemas(parts: list, side: Side, source: Source, compile_) -> tuple[dict, i
 
 
 def _avro(parts: list, side: Side, source: Source, call: _Call) -> tuple[int | None, pa.DataType]:
-    compiled, reader_id = _schemas(parts, side, source, avro.compile)
+    compiled, reader_id = _schemas({p[1] for p in parts}, side, source, avro.compile)
     if reader_id not in compiled or isinstance(compiled[reader_id], str):
         return _unusable(parts, compiled, call)
+    _avro_records(parts, compiled, reader_id, call)
+    return reader_id, compiled[reader_id].type
+
+
+def _avro_records(parts: list, compiled: dict, reader_id: int | None, call: _Call) -> None:
+    """Each record read by fastavro, written with its own schema, as the reader's."""
     reader = compiled[reader_id]
     for i, sid, _, payload in parts:
         writer = compiled[sid]
@@ -174,16 +239,15 @@ def _avro(parts: list, side: Side, source: Source, call: _Call) -> tuple[int | N
             call.fail(i, writer)
             continue
         try:
-            call.out[i] = avro.read(payload, writer, reader)
+            call.out[i] = avro.read(payload, writer, reader, framed=sid is not None)
         except avro.SchemaResolutionError as e:
             call.fail(i, f"schema {sid} not readable with {reader_id}: {e}")
         except Exception as e:  # fastavro raises what its reading hits: EOFError, IndexError, ...
             call.fail(i, f"corrupt payload: {_what(e)}")
-    return reader_id, reader.type
 
 
 def _protobuf(parts: list, side: Side, source: Source, call: _Call) -> tuple[int | None, pa.DataType]:
-    files, reader_id = _schemas(parts, side, source, protobuf.file_of)
+    files, reader_id = _schemas({p[1] for p in parts}, side, source, protobuf.file_of)
     if not source.framed:  # a descriptor set: the message it names, for every record
         name = getattr(source, "message", None)
         try:
@@ -234,7 +298,7 @@ def _messages(parts: list, files: dict, call: _Call) -> dict[int, Any]:
 
 
 def _json_schema(parts: list, side: Side, source: Source, call: _Call) -> tuple[int | None, pa.DataType]:
-    compiled, reader_id = _schemas(parts, side, source, json_schema.compile)
+    compiled, reader_id = _schemas({p[1] for p in parts}, side, source, json_schema.compile)
     if reader_id not in compiled or isinstance(compiled[reader_id], str):
         return _unusable(parts, compiled, call)
     arrow_type, convert = compiled[reader_id]
@@ -259,20 +323,31 @@ _FORMATS = {"avro": _avro, "protobuf": _protobuf, "json_schema": _json_schema}
 
 
 def _schemaless(raw: list, call: _Call) -> pa.Array:
-    texts: list[str | None] = [None] * call.n
+    loads, out = json.loads, call.out
     for i, v in enumerate(raw):
         if v is None:
             continue
         try:
-            call.out[i] = json.loads(v)
+            out[i] = loads(v)
         except ValueError as e:
             call.fail(i, f"corrupt payload: not JSON: {_what(e)}")
+    try:  # json_schema.infer's first choice; the texts it falls back on are made only if it fails
+        return pa.array(out)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
+        return json_schema.infer(_texts(raw, call), out)
+
+
+def _texts(raw: list, call: _Call) -> list[str | None]:
+    """Each record's JSON text as written (None where it is not JSON)."""
+    texts: list[str | None] = [None] * call.n
+    for i, v in enumerate(raw):
+        if v is None or call.errors[i] is not None:
             continue
         try:
             texts[i] = v.decode("utf-8")
         except UnicodeDecodeError:  # UTF-16 or -32 JSON: its text, written anew
             texts[i] = json_schema.text(call.out[i])
-    return json_schema.infer(texts, call.out)
+    return texts
 
 
 def _unusable(parts: list, compiled: dict, call: _Call) -> tuple[None, pa.DataType]:

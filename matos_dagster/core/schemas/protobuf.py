@@ -9,7 +9,8 @@ The mapping, and why where there was a choice:
     message -> struct, fields by their .proto names
     a field with presence (message fields, oneof members, proto3 `optional`, proto2 fields) is
         nullable and null when unset; other scalars are never null (proto3: unset is the default)
-    repeated -> list; map<K, V> -> map<K, V>, entries in the order they were parsed
+    repeated -> list; map<K, V> -> map<K, V>, entries sorted by key: a map has no order in
+        Protobuf, and Python's (upb) iterates one in an order that changes from process to process
     enum -> string, the value's name (an unknown number, possible in proto3's open enums,
         as its decimal text)
     google.protobuf.Timestamp -> timestamp('ns', 'UTC'): Timestamp counts nanoseconds, 'ns'
@@ -149,8 +150,8 @@ def _field(fd: FieldDescriptor, stack: tuple[str, ...]) -> tuple[pa.DataType, bo
         val_t, val_nullable, val_c = _value(fd.message_type.fields_by_name["value"], stack)
         arrow = pa.map_(key_t, pa.field("value", val_t, nullable=val_nullable))
         if val_c is None:
-            return arrow, False, lambda m: list(getattr(m, name).items())
-        return arrow, False, lambda m: [(k, val_c(v)) for k, v in getattr(m, name).items()]
+            return arrow, False, lambda m: sorted(getattr(m, name).items(), key=_key)
+        return arrow, False, lambda m: [(k, val_c(v)) for k, v in sorted(getattr(m, name).items(), key=_key)]
     arrow, nullable, c = _value(fd, stack)
     if _is_repeated(fd):
         item = pa.list_(pa.field("item", arrow, nullable=False))
@@ -182,6 +183,10 @@ def _value(fd: FieldDescriptor, stack: tuple[str, ...]) -> tuple[pa.DataType, bo
         return pa.string(), True, lambda v: json_format.MessageToJson(v, indent=None)
     arrow, convert = _message(fd.message_type, stack)
     return arrow, True, convert
+
+
+def _key(entry: tuple) -> Any:
+    return entry[0]
 
 
 def _is_map(fd: FieldDescriptor) -> bool:

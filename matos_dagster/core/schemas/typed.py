@@ -38,6 +38,7 @@ from matos_dagster.core.records.schema import SCHEMA
 from matos_dagster.core.schemas.decode import SCHEMA_TYPES, Decoded, Side, decode
 from matos_dagster.core.schemas.errors import UndecodableRecord, UnknownSchema
 from matos_dagster.core.schemas.sources import FileSource, RegistrySource, to_document
+from matos_dagster.core.spark import malloc
 from matos_dagster.core.swift import layout
 
 SIDES = ("key", "value")
@@ -118,6 +119,11 @@ class ObjectTypes:
     `stats` for its manifest entry."""
 
     def __init__(self, typing: Typing, topic: str, partition: int):
+        # Decoding makes chunk-sized buffers in Python (numpy, pyarrow, a value per record): with
+        # glibc's mmap threshold free to rise, a worker kept them, and the objects' buffers, from
+        # object to object (spark/malloc.py). Fixed, as the Python reader fixes it (the typed bench:
+        # a task's peak over object_bytes).
+        malloc.fix_mmap_threshold()
         self.typing = typing
         self._where = f"{topic}/{partition}"
         self._types: dict[str, pa.DataType] = {}
