@@ -33,6 +33,15 @@ def project(tmp_path, kafka_server, swift_server):
     return topic, env, tmp_path
 
 
+@pytest.fixture
+def spark_project(project, connect_server):
+    """`project` with its runs on the session's Spark Connect server, as the default
+    MATOS_SPARK_MASTER is the local stack's: no command starts a Spark driver of its own (a
+    driver per run, `local[2]`, is what the CLI runs of test_keystone and test_security use)."""
+    topic, env, tmp = project
+    return topic, {**env, "MATOS_SPARK_MASTER": connect_server.url}, tmp
+
+
 def matos(env, cwd, *args, ok=True) -> subprocess.CompletedProcess:
     return run(env, cwd, *MATOS, *args, ok=ok)
 
@@ -64,8 +73,8 @@ def refusal(p: subprocess.CompletedProcess, command: str) -> str:
     return p.stderr.strip()
 
 
-def test_load_then_archive_everything_pending_then_monitor_from_the_cli(project, kafka):
-    topic, env, tmp = project
+def test_load_then_archive_everything_pending_then_monitor_from_the_cli(spark_project, kafka):
+    topic, env, tmp = spark_project
     asset = "archive_" + topic.replace("-", "_")
     (tmp / "load.yaml").write_text(json.dumps({"ops": {"produce": {"config": {
         "topic": topic, "count": 1000, "value_bytes": 64, "create_partitions": 2,
@@ -117,8 +126,8 @@ def test_a_malformed_key_is_refused_by_the_cli_showing_the_form_alone(project):
         f"{KEY_FORM}, e.g. {KEY_EXAMPLE}")
 
 
-def test_a_key_not_added_yet_is_refused_with_the_command_that_adds_it(project, kafka, new_topic):
-    topic, env, tmp = project
+def test_a_key_not_added_yet_is_refused_with_the_command_that_adds_it(spark_project, kafka, new_topic):
+    topic, env, tmp = spark_project
     kafka.create_topic(topic, 1)
     produce(kafka, topic, [(b"k", b"v", [])] * 10)
     key = OffsetRange(topic, 0, 0, 10).key
@@ -151,13 +160,20 @@ def test_a_malformed_key_added_in_the_ui_is_removed_with_one_command(project):
     assert "nothing removed" in refusal(matos(env, tmp, "remove-key", "oops typo", ok=False), "remove-key")
 
 
+# Slow (make test-all): `dg check defs` validates the same definitions in make test
+# (tests/end_to_end/test_dg.py), and test_make_run's `dg dev -w workspace.yaml` loads them from this
+# workspace file and runs them.
+@pytest.mark.slow
 def test_the_definitions_load(project):
     _, env, tmp = project
     dagster(env, PROJECT_ROOT, "definitions", "validate", "-w", "workspace.yaml")
 
 
-def test_the_headless_demo_loads_archives_and_says_where(project, kafka):
-    _, env, tmp = project
+# Slow (make test-all): test_readme's demo step runs the same `demo` (on a fresh broker), then
+# `demo-data`, and asserts all of this in `make test`.
+@pytest.mark.slow
+def test_the_headless_demo_loads_archives_and_says_where(spark_project, kafka):
+    _, env, tmp = spark_project
     (tmp / "topics.yaml").write_text("topics:\n  - name: demo\n")
     p = subprocess.run([sys.executable, "-m", "matos_dev.stack", "demo"], env=env, cwd=tmp,
                        capture_output=True, text=True, timeout=600)
@@ -180,8 +196,8 @@ def test_the_headless_demo_loads_archives_and_says_where(project, kafka):
     assert committed == {p: h for p, (_, h) in kafka.watermarks("demo", list(range(4))).items()}
 
 
-def test_after_a_loss_the_cli_acknowledges_it_and_archiving_goes_on(project, kafka):
-    topic, env, tmp = project
+def test_after_a_loss_the_cli_acknowledges_it_and_archiving_goes_on(spark_project, kafka):
+    topic, env, tmp = spark_project
     kafka.create_topic(topic, 1)
     produce(kafka, topic, [(b"k", f"v{i}".encode(), []) for i in range(20)])
     matos(env, tmp, "add-ranges", topic, "--partition", "0", "--start", "0", "--end", "5")

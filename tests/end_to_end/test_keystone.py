@@ -3,11 +3,14 @@
 One Keystone (keystone 30 from PyPI, SQLite, Fernet tokens, served over https with a CA
 made here) and one Swift all-in-one whose proxy validates tokens with keystonemiddleware's
 `authtoken` and maps roles with `keystoneauth`, both for the whole module. Tokens live
-TOKEN_LIFE_S seconds only, so any test longer than that also re-authenticates mid-run.
+TOKEN_LIFE_S seconds only, so any test longer than that also re-authenticates mid-run. The
+expiry test's run begins with the module's first test and ends after the others (half_run):
+its tokens expire meanwhile.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import re
@@ -15,6 +18,7 @@ import subprocess
 import sys
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -47,6 +51,11 @@ TOKEN_LIFE_S = 45
 FERNET_TOKEN = re.compile(rb"gAAAAA[A-Za-z0-9_\-]{100,}={0,2}")
 
 FORMS = ("user_id", "names", "app_credential")
+# `make test` archives, verifies and reads with one form; the others are slow (make test-all).
+# Each form's settings become its Keystone session's params in tests/resources/test_keystone_settings.py,
+# and every form still authenticates against this Keystone in `make test`: app_credential in the
+# restore, restart and CLI tests, names (as the auditor) in the missing-role case.
+FAST_FORMS = ("user_id",)
 
 
 class KeystoneStack:
@@ -75,11 +84,16 @@ def ks(tmp_path_factory) -> KeystoneStack:
     keystone = KeystoneServer(tmp_path_factory.mktemp("keystone"), CACHE, port=free_port(),
                               swift_url=f"http://127.0.0.1:{swift_port}", cert_file=certs.swift_cert,
                               key_file=certs.swift_key, ca_file=certs.ca, token_expiration_s=TOKEN_LIFE_S)
+    swift_dir = tmp_path_factory.mktemp("swift-ks")
     swift = None
     try:
-        keystone.start()
-        swift = SwiftServer(tmp_path_factory.mktemp("swift-ks"), CACHE, proxy_port=swift_port,
-                            keystone=keystone.authtoken_conf())
+        # Swift's keystone venv (swift[keystone], apart from the tempauth one) needs nothing of
+        # Keystone's: on a fresh cache (CI) it installs while Keystone installs and bootstraps.
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+            swift_venv = pool.submit(SwiftServer(swift_dir, CACHE, keystone={"auth_url": keystone.auth_url}).install)
+            keystone.start()
+            swift_venv.result()
+        swift = SwiftServer(swift_dir, CACHE, proxy_port=swift_port, keystone=keystone.authtoken_conf())
         swift.start()
         yield KeystoneStack(keystone, swift, certs.ca)
     finally:
@@ -96,7 +110,7 @@ def rows(n: int):
 # --------------------------------------------------------------------------- each credential form
 
 
-@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("form", [pytest.param(f, marks=() if f in FAST_FORMS else [pytest.mark.slow]) for f in FORMS])
 def test_archive_verify_and_read_with_each_keystone_v3_credential_form(ks, kafka, new_topic, spark, form):
     topic = new_topic()
     produce(kafka, topic, rows(40))
@@ -129,37 +143,6 @@ def test_restore_through_keystone_equals_the_originals(ks, kafka, new_topic, spa
     strip = ("topic", "offset")
     assert [{k: v for k, v in r.items() if k not in strip} for r in read_kafka(kafka, target, 0)] == \
         [{k: v for k, v in r.items() if k not in strip} for r in read_kafka(kafka, topic, 0)]
-
-
-# --------------------------------------------------------------------------- a token that expires
-
-
-def test_a_token_that_expires_in_the_middle_of_a_run_is_renewed(ks, kafka, new_topic, spark):
-    topic = new_topic()
-    produce(kafka, topic, rows(30))
-    cfg = TopicConfig(topic, group=f"g-{uuid.uuid4().hex[:8]}", slice_records=10)
-    swift = ks.resource("user_id")
-    # Two connections of the run, each holding a token: one archives, one only uploads.
-    with swift.store() as store, ks.resource("user_id", container=swift.container).store() as uploader:
-        tokens = [store._conn.token, uploader._conn.token]
-        first_half = archive_range(OffsetRange(topic, 0, 0, 10), cfg, kafka, store, spark)
-        # Wait until Swift itself refuses both tokens (Keystone's expiry, through authtoken's cache).
-        deadline = time.monotonic() + 4 * TOKEN_LIFE_S
-        for token in tokens:
-            while requests.head(store.url, headers={"X-Auth-Token": token}, timeout=30).status_code != 401:
-                assert time.monotonic() < deadline, "the token never expired"
-                time.sleep(2)
-        # An upload as the first request after expiry: refused (401), sent again with a new token.
-        data = os.urandom(100_000)
-        uploader.put("after-expiry", data)
-        assert uploader._conn.token != tokens[1] and uploader.get("after-expiry") == data
-        # The run goes on with its connection: a new token, no failure, nothing twice.
-        second_half = archive_range(OffsetRange(topic, 0, 10, 30), cfg, kafka, store, spark)
-        assert store._conn.token != tokens[0]
-        assert [m["start"] for m in (first_half.manifest, second_half.manifest)] == [0, 10]
-        assert check_archive(kafka, store, topic, cfg.group) == {0: 30}
-        assert read_archive(store, first_half.manifest) + read_archive(store, second_half.manifest) == \
-            read_kafka(kafka, topic, 0)
 
 
 # --------------------------------------------------------------------------- bad settings
@@ -290,6 +273,67 @@ def test_a_cli_archive_through_keystone_leaves_no_password_secret_or_token_anywh
         assert any(s.startswith(source) for s in found(topic)), f"{topic} not found in the {source}"
     assert any(s.startswith("Swift server logs") for s in found(container))
     assert any(s.startswith("Keystone logs") for s in found("POST /v3/auth/tokens"))  # its access log
+
+
+# --------------------------------------------------------------------------- a token that expires
+
+EXPIRY_TEST = "test_a_token_that_expires_in_the_middle_of_a_run_is_renewed"
+
+
+@dataclass
+class HalfRun:
+    """The expiry test's run, its first half archived: two connections, each holding a token."""
+
+    topic: str
+    cfg: TopicConfig
+    store: object
+    uploader: object
+    tokens: list[str]
+    first_half: object
+
+
+@pytest.fixture(scope="module", autouse=True)
+def half_run(request):
+    """The first half of the expiry test's run, begun with the module's first test when that test is
+    selected: its tokens then expire while the module's other tests run (the expiry test comes after
+    them), instead of while the expiry test waits. Run alone, the test waits for them as before."""
+    if not any(item.module is request.module and getattr(item, "originalname", "") == EXPIRY_TEST
+               for item in request.session.items):
+        yield None
+        return
+    ks, kafka, spark = (request.getfixturevalue(name) for name in ("ks", "kafka", "spark"))
+    topic = f"ks-expiry-{uuid.uuid4().hex[:8]}"
+    kafka.create_topic(topic, 1)
+    produce(kafka, topic, rows(30))
+    cfg = TopicConfig(topic, group=f"g-{uuid.uuid4().hex[:8]}", slice_records=10)
+    swift = ks.resource("user_id")
+    # Two connections of the run, each holding a token: one archives, one only uploads.
+    with swift.store() as store, ks.resource("user_id", container=swift.container).store() as uploader:
+        tokens = [store._conn.token, uploader._conn.token]
+        first_half = archive_range(OffsetRange(topic, 0, 0, 10), cfg, kafka, store, spark)
+        yield HalfRun(topic, cfg, store, uploader, tokens, first_half)
+
+
+def test_a_token_that_expires_in_the_middle_of_a_run_is_renewed(ks, kafka, spark, half_run):
+    topic, cfg, store, uploader, tokens = half_run.topic, half_run.cfg, half_run.store, half_run.uploader, \
+        half_run.tokens
+    # Wait until Swift itself refuses both tokens (Keystone's expiry, through authtoken's cache).
+    deadline = time.monotonic() + 4 * TOKEN_LIFE_S
+    for token in tokens:
+        while requests.head(store.url, headers={"X-Auth-Token": token}, timeout=30).status_code != 401:
+            assert time.monotonic() < deadline, "the token never expired"
+            time.sleep(2)
+    # An upload as the first request after expiry: refused (401), sent again with a new token.
+    data = os.urandom(100_000)
+    uploader.put("after-expiry", data)
+    assert uploader._conn.token != tokens[1] and uploader.get("after-expiry") == data
+    # The run goes on with its connection: a new token, no failure, nothing twice.
+    second_half = archive_range(OffsetRange(topic, 0, 10, 30), cfg, kafka, store, spark)
+    assert store._conn.token != tokens[0]
+    assert [m["start"] for m in (half_run.first_half.manifest, second_half.manifest)] == [0, 10]
+    assert check_archive(kafka, store, topic, cfg.group) == {0: 30}
+    assert read_archive(store, half_run.first_half.manifest) + read_archive(store, second_half.manifest) == \
+        read_kafka(kafka, topic, 0)
 
 
 # --------------------------------------------------------------------------- persistence

@@ -22,7 +22,8 @@ CACHE = PROJECT_ROOT / ".devstack" / "cache"
 
 def stack_env(devstack: Path) -> tuple[dict[str, str], int]:
     """The environment of a `make run` on free loopback ports in its own devstack folder (the
-    shared jar and venv cache reused), with the sensor every 10 s; and the UI's port."""
+    shared jar and venv cache reused), with the sensor every 5 s (the daemon's shortest loop); and
+    the UI's port."""
     kport, sport, cport, dport = free_port(), free_port(), free_port(), free_port()
     env = {
         **os.environ,
@@ -34,7 +35,7 @@ def stack_env(devstack: Path) -> tuple[dict[str, str], int]:
         "MATOS_SWIFT_AUTH_URL": f"http://127.0.0.1:{sport}/auth/v1.0",
         "MATOS_DEVSTACK_SPARK_PORT": str(cport),
         "MATOS_SPARK_MASTER": f"sc://127.0.0.1:{cport}",  # the stack's Spark Connect server, like the default
-        "MATOS_SENSOR_INTERVAL_S": "10",
+        "MATOS_SENSOR_INTERVAL_S": "5",
     }
     return env, dport
 
@@ -69,7 +70,7 @@ def test_make_run_brings_up_everything_and_archives_the_demo_records(tmp_path, o
             if sum(ends.values()) >= 20_000 and kafka.committed("demo", parts) == ends:
                 break
             assert time.monotonic() < deadline, f"not archived within 600 s: {kafka.committed('demo', parts)} of {ends}"
-            time.sleep(5)
+            time.sleep(2)
         # ... and really in Swift: every demo record, once, equal to Kafka's in every field.
         swift = SwiftResource(auth_url=env["MATOS_SWIFT_AUTH_URL"], user="test:tester", key="testing",
                               container="matos-archive")

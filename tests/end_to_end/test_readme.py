@@ -3,7 +3,12 @@
 The fenced blocks of that section are run one after another in bash, in a folder laid out like
 the project (`.venv` and the project files), after the headless demo has done what `make run`
 does (20,000 demo records, archived). Kafka is a broker of this test's own, started just before:
-the demo loader meets a fresh broker, as `make run` does (issue 12.8).
+the demo loader meets a fresh broker, as `make run` does (issue 12.8). Spark is the session's
+Spark Connect server, as `make run`'s runs use the stack's (the default MATOS_SPARK_MASTER).
+
+The demo step also proves what tests/cli/test_cli.py's headless demo test claims (slow there,
+for `make test`'s time budget): `matos_dev.stack demo` loads, archives and says where each range
+went, the monitor says OK for each partition, and a second `demo-data` loads nothing more.
 """
 
 from __future__ import annotations
@@ -64,7 +69,7 @@ def fresh_kafka(tmp_path_factory):
         server.stop()
 
 
-def test_the_readme_commands_run_as_written_after_make_run(tmp_path, fresh_kafka, swift_server):
+def test_the_readme_commands_run_as_written_after_make_run(tmp_path, fresh_kafka, swift_server, connect_server):
     # The project's layout: its .venv and files, but a .devstack of this test's own.
     project = tmp_path / "project"
     project.mkdir()
@@ -72,7 +77,8 @@ def test_the_readme_commands_run_as_written_after_make_run(tmp_path, fresh_kafka
     for name in ("dagster.yaml", "workspace.yaml", "topics.yaml", "pyproject.toml"):  # [tool.dg]: dg without -m
         (project / name).symlink_to(PROJECT_ROOT / name)
     container = f"readme-{uuid.uuid4().hex[:8]}"
-    env = user_env(tmp_path, fresh_kafka, swift_server, (PROJECT_ROOT / "topics.yaml").read_text(), container)
+    env = user_env(tmp_path, fresh_kafka, swift_server, (PROJECT_ROOT / "topics.yaml").read_text(), container,
+                   MATOS_SPARK_MASTER=connect_server.url)
     home = project / ".devstack" / "dagster"
     home.mkdir(parents=True)  # what `make up` does
     (home / "dagster.yaml").write_text((PROJECT_ROOT / "dagster.yaml").read_text())
@@ -84,6 +90,22 @@ def test_the_readme_commands_run_as_written_after_make_run(tmp_path, fresh_kafka
     assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
     for p in range(4):  # the keys the README names
         assert f"archived demo:p0000{p}:00000000000000000000-00000000000000005000: 5000 records" in demo.stdout
+    # The headless demo says where each range went, and the monitor says OK for each partition.
+    archived = [line for line in demo.stdout.splitlines() if line.startswith("archived demo:p0000")]
+    assert len(archived) == 4, demo.stdout
+    assert all(f"/{container}/kafka/topic=demo/partition=" in line for line in archived), archived
+    assert demo.stdout.count("monitor: OK") == 4, demo.stdout
+    kafka = KafkaResource(bootstrap_servers=fresh_kafka.bootstrap_servers, timeout_s=10)
+    swift = SwiftResource(auth_url=swift_server.auth_url, user="test:tester", key="testing", container=container)
+    marks = kafka.watermarks("demo", list(range(4)))
+    with swift.store() as store:
+        assert check_archive(kafka, store, "demo", "matos-archiver") == {p: h for p, (_, h) in marks.items()}
+    # A second `make run` loads no more demo records into the topic.
+    again = subprocess.run([sys.executable, "-m", "matos_dev.stack", "demo-data"], env=env, cwd=project,
+                           capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "topic 'demo' has 20000 records already: no demo records loaded" in again.stdout
+    assert kafka.watermarks("demo", list(range(4))) == marks
 
     env.pop("DAGSTER_HOME")  # the README's first block sets it
     script = "set -euo pipefail\n" + "\n".join(fenced_blocks(section("Working with it")))
@@ -96,8 +118,6 @@ def test_the_readme_commands_run_as_written_after_make_run(tmp_path, fresh_kafka
     assert "monitor: OK" in run.stdout
     assert "Traceback" not in out and "SupersessionWarning" not in out and "will not be used" not in out
 
-    kafka = KafkaResource(bootstrap_servers=fresh_kafka.bootstrap_servers, timeout_s=10)
-    swift = SwiftResource(auth_url=swift_server.auth_url, user="test:tester", key="testing", container=container)
     with swift.store() as store:
         committed = check_archive(kafka, store, "demo", "matos-archiver")
     assert committed == {0: 15000, 1: 5000, 2: 5000, 3: 5000}  # partition 1's new records wait for the sensor

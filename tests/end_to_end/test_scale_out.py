@@ -52,10 +52,14 @@ SPARK_HOME = Path(pyspark.__file__).resolve().parent
 PYTHON = str(PROJECT_ROOT / ".venv" / "bin" / "python") if (PROJECT_ROOT / ".venv").is_dir() else sys.executable
 DAGSTER = str(Path(sys.executable).parent / "dagster")
 
-RECORDS = 3000  # over 2 partitions: 1500 each
-PARTITIONS = 2
+# One partition, one range: one `asset materialize` (one Spark app, its 3 tasks over both workers'
+# executors). A second partition was a second app proving the same again (about 20 s on the 2-core
+# CI); several partitions on one Spark: tests/core/archive/test_archive.py and test_daemon.py.
+RECORDS = 1500
+PARTITIONS = 1
 SLICE_RECORDS = 500  # 3 Spark tasks a range
 MAX_RANGE_RECORDS = 1500  # one range a partition: one `asset materialize` (one Spark app) each
+PARTS = list(range(PARTITIONS))
 
 # Distinctive, so a hit can only be a leak. Alphanumeric: it has no other spelling in a
 # URL, JSON or a shell command line.
@@ -271,8 +275,8 @@ def test_a_standalone_cluster_archives_the_same_bytes_as_local_spark_and_never_s
     topic = new_topic(partitions=PARTITIONS)
     produce(kafka, topic, awkward_rows(RECORDS, PARTITIONS))
     per_partition = RECORDS // PARTITIONS
-    assert kafka.watermarks(topic, [0, 1]) == {0: (0, per_partition), 1: (0, per_partition)}
-    ranges = [r for p in (0, 1) for r in cut(topic, p, 0, per_partition, MAX_RANGE_RECORDS)]
+    assert kafka.watermarks(topic, PARTS) == {p: (0, per_partition) for p in PARTS}
+    ranges = [r for p in PARTS for r in cut(topic, p, 0, per_partition, MAX_RANGE_RECORDS)]
 
     # 1. Local Spark, in this process.
     local_cfg = TopicConfig(name=topic, group=f"local-{uuid.uuid4().hex[:8]}",
@@ -281,7 +285,7 @@ def test_a_standalone_cluster_archives_the_same_bytes_as_local_spark_and_never_s
         for r in ranges:
             done = archive_range(r, local_cfg, kafka, store, spark)
             assert done.slices == 3
-        assert check_archive(kafka, store, topic, local_cfg.group) == {0: per_partition, 1: per_partition}
+        assert check_archive(kafka, store, topic, local_cfg.group) == {p: per_partition for p in PARTS}
         local = contents(store)
         local_manifests = sorted(manifests(store, topic), key=lambda m: (m["partition"], m["start"]))
     t_local = time.monotonic()
@@ -346,8 +350,8 @@ def test_a_standalone_cluster_archives_the_same_bytes_as_local_spark_and_never_s
     with cluster_swift.store() as store:
         remote = contents(store)
         remote_manifests = sorted(manifests(store, topic), key=lambda m: (m["partition"], m["start"]))
-        assert check_archive(kafka, store, topic, cluster_group) == {0: per_partition, 1: per_partition}
-        for p_ in (0, 1):
+        assert check_archive(kafka, store, topic, cluster_group) == {p: per_partition for p in PARTS}
+        for p_ in PARTS:
             rows = [r for m in remote_manifests if m["partition"] == p_ for r in read_archive(store, m)]
             assert rows == read_kafka(kafka, topic, p_)
     assert sorted(remote) == sorted(local)

@@ -248,7 +248,7 @@ from matos_dagster.core.topics import TopicConfig
 a = json.loads(sys.argv[1])
 swift = SwiftResource(auth_url=a["auth_url"], user=a["user"], key=os.environ["MATOS_SWIFT_KEY"],
                       container=a["container"], prefix="kafka", retries=2)
-spark = SparkResource(master="local[2]", conf="spark.ui.showConsoleProgress=false").spark_session
+spark = SparkResource(master=a["master"], conf=a["conf"]).spark_session
 with swift.store() as store:
     done = compact_topic(TopicConfig(**a["topic"]), {0: a["committed"]}, store, spark, now=a["now"])
 print(json.dumps({"groups": done.partitions[0].groups}))
@@ -256,10 +256,14 @@ spark.stop()
 """
 
 
-def run_compaction_process(swift, cfg: TopicConfig, committed: int, fault: str, now: float) -> subprocess.CompletedProcess:
+def run_compaction_process(swift, cfg: TopicConfig, committed: int, fault: str, now: float,
+                           master: str) -> subprocess.CompletedProcess:
+    """The compaction in a process of its own (on Spark `master`), killed at the fault point."""
     args = {"auth_url": swift.auth_url, "user": swift.user, "container": swift.container, "committed": committed,
-            "now": now, "topic": {k: getattr(cfg, k) for k in (
-                "name", "group", "format", "compact_bytes", "compact_min_age_s", "compact_grace_s")}}
+            "now": now, "master": master, "topic": {k: getattr(cfg, k) for k in (
+                "name", "group", "format", "compact_bytes", "compact_min_age_s", "compact_grace_s")},
+            # A Connect client sends session settings only; a driver of its own is kept quiet.
+            "conf": "" if master.startswith("sc://") else "spark.ui.showConsoleProgress=false"}
     env = {**os.environ, "MATOS_SWIFT_KEY": swift.key, "MATOS_FAULT": fault}
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen([sys.executable, "-c", _RUN, json.dumps(args)], env=env, cwd=PROJECT_ROOT,
@@ -276,7 +280,11 @@ def run_compaction_process(swift, cfg: TopicConfig, committed: int, fault: str, 
 
 
 @pytest.mark.parametrize("fault", ["compact-after-objects", "compact-after-manifest", "compact-mid-cleanup"])
-def test_a_compaction_killed_at_any_step_is_finished_by_the_next_run(kafka, swift, spark, new_topic, fault):
+def test_a_compaction_killed_at_any_step_is_finished_by_the_next_run(kafka, swift, spark, new_topic, fault,
+                                                                   connect_server):
+    """The killed process is a client of the session's Spark Connect server: no Spark driver of its
+    own to start (every fault point is in the driver's code, between Spark jobs); the runs that
+    finish it use this process's local Spark."""
     import time
 
     topic = new_topic()
@@ -292,7 +300,7 @@ def test_a_compaction_killed_at_any_step_is_finished_by_the_next_run(kafka, swif
             # The switch happened in an earlier run; the killed one is past the grace period.
             compact_partition(cfg, 0, committed, store, prefix(store, cfg), spark)
             now = time.time() + 601
-        killed = run_compaction_process(swift, cfg, committed, fault, now)
+        killed = run_compaction_process(swift, cfg, committed, fault, now, connect_server.url)
         assert killed.returncode == -9, (killed.returncode, killed.stderr)  # the fault point was reached
 
         # What the kill left is already exactly once, for every reader.

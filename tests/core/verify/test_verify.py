@@ -205,18 +205,40 @@ def test_a_report_is_ok_only_without_problems_and_loss_and_renders_both():
     assert "[gap] t/1: offsets [5, 6) are in no manifest" in r.render()
 
 
-@pytest.mark.parametrize("args, message", [
+USAGE_ERRORS = [
     ([], "the following arguments are required: --topic"),
     (["--topic", "demo", "--sample", "3", "--full"], "not allowed with argument"),
     (["--topic", "demo", "--sample", "-1"], "--sample must be >= 0"),
     (["--topic", "no-such-topic"], "is not in the topics file"),
     (["--topic", "demo", "--all", "--from", "3"], "not allowed with argument"),
     (["--topic", "demo", "--from", "-1"], "--from must be an offset >= 0"),
-])
-def test_the_cli_refuses_usage_errors_with_exit_2(args, message):
+]
+
+
+@pytest.fixture(scope="module")
+def usage_runs() -> dict[tuple[str, ...], subprocess.CompletedProcess]:
+    """`audit` with each case's arguments, each in a process of its own, all started at once (the
+    2-core machine runs two interpreters' start-up at a time instead of one)."""
     env = {**os.environ, "MATOS_TOPICS_FILE": str(PROJECT_ROOT / "topics.yaml")}
-    p = subprocess.run([sys.executable, "-m", "matos_dagster", "audit", *args], env=env,
-                       capture_output=True, text=True, timeout=120)
+    procs = {tuple(args): subprocess.Popen([sys.executable, "-m", "matos_dagster", "audit", *args], env=env,
+                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for args, _ in USAGE_ERRORS}
+    done = {}
+    try:
+        for args, proc in procs.items():
+            out, err = proc.communicate(timeout=120)
+            done[args] = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    finally:
+        for proc in procs.values():  # ours, by their PIDs, if one timed out
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(30)
+    return done
+
+
+@pytest.mark.parametrize("args, message", USAGE_ERRORS)
+def test_the_cli_refuses_usage_errors_with_exit_2(args, message, usage_runs):
+    p = usage_runs[tuple(args)]
     assert p.returncode == 2, p.stdout + p.stderr
     assert message in p.stderr
 
