@@ -74,7 +74,8 @@ demo: up
 	$(BIN)/python -m matos_dev.stack demo
 
 # The crash proofs (faults, two runs of one range, scale-out, the secret search) are in
-# `make test`; only what needs tens of minutes (the soak, ten quiet minutes) is `slow`. The
+# `make test`; `slow` (make test-all only): what needs tens of minutes (the soak, ten quiet
+# minutes), and variants whose claim a `make test` case proves already (pyproject.toml). The
 # slowest tests are listed at the end; the session fails if a process it started still runs.
 test: install
 	$(BIN)/python -m pytest -m "not slow" --timeout=$(PYTEST_TIMEOUT) --durations=25 --junitxml=test-output/junit.xml
