@@ -21,6 +21,8 @@ import time
 
 import pyarrow as pa
 
+from matos_dagster.core.schemas import wire
+
 # The events' Avro schema: 20 leaf fields, 3 nested records and a list and a map.
 SCHEMA = {
     "type": "record", "name": "Event", "namespace": "bench.typed", "fields": [
@@ -58,14 +60,8 @@ JSON_MESSAGE_CHARS = 335  # JSON spends its bytes on field names: JSON events of
 
 
 def zigzag(n: int) -> bytes:
-    """Avro's long: zigzag, then a varint."""
-    n = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while n & ~0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
+    """Avro's long: zigzag, then a varint (as the wire format's message indexes are written)."""
+    return wire.zigzag_varint(n)
 
 
 def _string(s: str) -> bytes:

@@ -64,9 +64,9 @@ def frame(schema_id: int, payload: bytes, message_indexes: list[int] | tuple[int
         if list(message_indexes) == [0]:
             out.append(0)  # the shortcut, as Confluent writes it
         else:
-            out += _zigzag_varint(len(message_indexes))
+            out += zigzag_varint(len(message_indexes))
             for i in message_indexes:
-                out += _zigzag_varint(i)
+                out += zigzag_varint(i)
     return bytes(out + payload)
 
 
@@ -105,7 +105,7 @@ def _varint(value: bytes, at: int) -> tuple[int, int] | str:
     return f"varint longer than {_MAX_VARINT} bytes"
 
 
-def _zigzag_varint(v: int) -> bytes:
+def zigzag_varint(v: int) -> bytes:
     v = (v << 1) ^ (v >> 63)
     out = bytearray()
     while v & ~0x7F:
