@@ -11,6 +11,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,11 +73,10 @@ class Workload:
 POOL_BYTES = 64 * 1024**2  # far beyond zstd's window: no value repeats within an object's page
 
 
-def produce_workload(kafka: KafkaResource, topic: str, w: Workload) -> dict:
-    """Produce `w` with the load job's producer settings; records/s and seconds."""
+def produce_records(kafka: KafkaResource, topic: str, records: Iterable[tuple[bytes, bytes, list, int]]) -> float:
+    """Produce (key, value, headers, partition) records with the load job's producer settings, all
+    delivered or an error; the seconds it took."""
     producer = kafka.producer(**{"linger.ms": 20, "batch.size": 1_000_000, "compression.type": "lz4"})
-    pool = os.urandom(POOL_BYTES + w.value_bytes)
-    headers = [(k, v.encode()) for k, v in w.headers.items()]
     failures: list = []
 
     def delivered(err, _msg):
@@ -84,13 +84,11 @@ def produce_workload(kafka: KafkaResource, topic: str, w: Workload) -> dict:
             failures.append(err)
 
     t0 = time.monotonic()
-    stride = w.value_bytes + 7  # windows overlap by no value's length
-    for i in range(w.records):
-        at = (i * stride) % POOL_BYTES
+    for i, (key, value, headers, partition) in enumerate(records):
         while True:
             try:
-                producer.produce(topic, key=w.key_pattern.format(i=i).encode(), value=pool[at:at + w.value_bytes],
-                                 headers=headers, partition=i % w.partitions, on_delivery=delivered)
+                producer.produce(topic, key=key, value=value, headers=headers, partition=partition,
+                                 on_delivery=delivered)
                 break
             except BufferError:
                 producer.poll(0.1)
@@ -99,7 +97,17 @@ def produce_workload(kafka: KafkaResource, topic: str, w: Workload) -> dict:
     left = producer.flush(120)
     if left or failures:
         raise RuntimeError(f"{len(failures)} records failed, {left} undelivered: {failures[:1]}")
-    seconds = time.monotonic() - t0
+    return time.monotonic() - t0
+
+
+def produce_workload(kafka: KafkaResource, topic: str, w: Workload) -> dict:
+    """Produce `w` with the load job's producer settings; records/s and seconds."""
+    pool = os.urandom(POOL_BYTES + w.value_bytes)
+    headers = [(k, v.encode()) for k, v in w.headers.items()]
+    stride = w.value_bytes + 7  # windows overlap by no value's length
+    seconds = produce_records(kafka, topic, (
+        (w.key_pattern.format(i=i).encode(), pool[(i * stride) % POOL_BYTES:(i * stride) % POOL_BYTES + w.value_bytes],
+         headers, i % w.partitions) for i in range(w.records)))
     return {"records": w.records, "seconds": seconds, "records_per_s": w.records / seconds}
 
 

@@ -17,11 +17,11 @@ from __future__ import annotations
 import json
 import random
 import struct
-import time
 
 import pyarrow as pa
 
 from matos_dagster.core.schemas import wire
+from matos_dev.bench.stack import produce_records
 
 # The events' Avro schema: 20 leaf fields, 3 nested records and a list and a map.
 SCHEMA = {
@@ -187,32 +187,17 @@ def json_arrow_type(events: Events) -> pa.DataType:
 
 def produce(kafka, topic: str, records: int, value_of, partitions: int = 4) -> dict:
     """`records` events (`value_of(i)`) with the throughput workloads' keys and header, round robin."""
-    producer = kafka.producer(**{"linger.ms": 20, "batch.size": 1_000_000, "compression.type": "lz4"})
     headers = [("source", b"bench")]
-    failures: list = []
-    total = 0
+    sizes = []
 
-    def delivered(err, _msg):
-        if err is not None:
-            failures.append(err)
+    def events():
+        for i in range(records):
+            value = value_of(i)
+            sizes.append(len(value))
+            yield b"k%015d" % i, value, headers, i % partitions
 
-    t0 = time.monotonic()
-    for i in range(records):
-        value = value_of(i)
-        total += len(value)
-        while True:
-            try:
-                producer.produce(topic, key=b"k%015d" % i, value=value, headers=headers, partition=i % partitions,
-                                 on_delivery=delivered)
-                break
-            except BufferError:
-                producer.poll(0.1)
-        if i % 1000 == 0:
-            producer.poll(0)
-    left = producer.flush(120)
-    if left or failures:
-        raise RuntimeError(f"{len(failures)} records failed, {left} undelivered: {failures[:1]}")
-    return {"records": records, "seconds": time.monotonic() - t0, "value_bytes": total / records}
+    seconds = produce_records(kafka, topic, events())
+    return {"records": records, "seconds": seconds, "value_bytes": sum(sizes) / records}
 
 
 def register_schema(url: str, subject: str) -> int:
