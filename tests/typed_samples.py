@@ -10,6 +10,7 @@ not decode" (null data, an error), as a bad record would.
 from __future__ import annotations
 
 import hashlib
+import json
 
 import pyarrow as pa
 
@@ -140,3 +141,12 @@ def _put(store, directory: str, table: pa.Table, version: int) -> dict:
     name = layout.object_name(directory, table["offset"][0].as_py(), "parquet")
     store.put(name, data_)
     return object_entry(name, data_, table)
+
+
+def reading(topic: str, v2: bool = False) -> str:
+    """A test's own Avro schema (ids are global in the session's stand-in); v2 adds a field with a default."""
+    fields = [{"name": "sensor", "type": "string"}, {"name": "value", "type": "double"}]
+    if v2:
+        fields.append({"name": "unit", "type": "string", "default": "C"})
+    return json.dumps({"type": "record", "name": "Reading", "namespace": f"t.{topic.replace('-', '_')}",
+                       "fields": fields})

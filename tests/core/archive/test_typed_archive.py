@@ -22,6 +22,8 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerialize
 from confluent_kafka.serialization import MessageField, SerializationContext
 from helpers import manifests, produce, read_archive, read_kafka
 from matos_dev.stack.process import free_port
+from samples import config
+from typed_samples import reading
 
 from matos_dagster.core.archive.range_run import Undecodable, archive_range
 from matos_dagster.core.archive.slice_task import SliceJob
@@ -35,22 +37,9 @@ from matos_dagster.core.schemas.errors import RegistryUnavailable
 from matos_dagster.core.schemas.sources import ArchivedSource, RegistrySource, to_document
 from matos_dagster.core.swift import layout
 from matos_dagster.core.swift.manifest import Manifest
-from matos_dagster.core.topics import TopicConfig, TopicsFileError, load, parse
+from matos_dagster.core.topics import TopicsFileError, load, parse
 
 UNKNOWN_ID = 2**31 - 2  # an id the stand-in never hands out
-
-
-def config(topic: str, **kw) -> TopicConfig:
-    return TopicConfig(name=topic, group=f"g-{uuid.uuid4().hex[:8]}", **kw)
-
-
-def reading(topic: str, v2: bool = False) -> str:
-    """The test's own Avro schema (ids are global in the session's stand-in); v2 adds a field with a default."""
-    fields = [{"name": "sensor", "type": "string"}, {"name": "value", "type": "double"}]
-    if v2:
-        fields.append({"name": "unit", "type": "string", "default": "C"})
-    return json.dumps({"type": "record", "name": "Reading", "namespace": f"t.{topic.replace('-', '_')}",
-                       "fields": fields})
 
 
 def table(data: bytes) -> pa.Table:

@@ -22,6 +22,7 @@ from helpers import produce, read_kafka
 from matos_dev.stack.process import free_port
 from matos_dev.stack.registry import RegistryServer
 from samples import config, fields
+from typed_samples import reading
 
 from matos_dagster.core.archive.range_run import archive_range
 from matos_dagster.core.offsets.ranges import OffsetRange
@@ -36,14 +37,6 @@ from matos_dagster.jobs.restore import restore_job
 PASSWORD = f"dr-{uuid.uuid4().hex}"  # the target registry's: must show nowhere
 UNKNOWN_ID = 2**31 - 2  # an id no registry hands out: its record has no archived schema
 N = 14
-
-
-def reading(topic: str, v2: bool = False) -> str:
-    fields_ = [{"name": "sensor", "type": "string"}, {"name": "value", "type": "double"}]
-    if v2:
-        fields_.append({"name": "unit", "type": "string", "default": "C"})
-    return json.dumps({"type": "record", "name": "Reading", "namespace": f"t.{topic.replace('-', '_')}",
-                       "fields": fields_})
 
 
 def datum(i: int) -> dict:
