@@ -74,13 +74,15 @@ def typed(raw: pa.Table, version: int) -> pa.Table:
         schema=schema)
 
 
-def raw_rows(topic: str, partition: int, lo: int, hi: int) -> pa.Table:
-    """Records [lo, hi) made up: every offset one, a null value every seventh, headers on odd ones."""
+def raw_rows(topic: str, partition: int, lo: int, hi: int, stamp=None) -> pa.Table:
+    """Records [lo, hi) made up: every offset one, a null value every seventh, headers on odd ones;
+    offset o stamped `stamp(o)` (ms), by default a second after the one before it from T0."""
     n = hi - lo
+    stamp = stamp or (lambda o: T0 + o * 1000)
     return pa.table({
         "topic": [topic] * n, "partition": pa.array([partition] * n, pa.int32()),
         "offset": pa.array(range(lo, hi), pa.int64()),
-        "timestamp": pa.array([T0 + o * 1000 for o in range(lo, hi)], pa.timestamp("ms", tz="UTC")),
+        "timestamp": pa.array([stamp(o) for o in range(lo, hi)], pa.timestamp("ms", tz="UTC")),
         "timestamp_type": ["CreateTime"] * n,
         "key": pa.array([f"k{o}".encode() for o in range(lo, hi)], pa.binary()),
         "value": pa.array([None if o % 7 == 3 else f"v{o}".encode() for o in range(lo, hi)], pa.binary()),
@@ -106,13 +108,14 @@ def object_entry(name: str, data_: bytes, table: pa.Table) -> dict:
 
 
 def put_range(store, prefix: str, topic: str, partition: int, lo: int, hi: int, version: int,
-              per_object: int = 10) -> dict:
-    """Range [lo, hi) of made-up records, typed as `version` (0: untyped), `per_object` records an object."""
+              per_object: int = 10, stamp=None) -> dict:
+    """Range [lo, hi) of made-up records (stamped as raw_rows says), typed as `version` (0: untyped),
+    `per_object` records an object."""
     r = OffsetRange(topic, partition, lo, hi)
     d = layout.range_dir(prefix, r)
     objects = []
     for first in range(lo, hi, per_object):
-        table = raw_rows(topic, partition, first, min(first + per_object, hi))
+        table = raw_rows(topic, partition, first, min(first + per_object, hi), stamp)
         objects.append(_put(store, d, table, version))
     doc = manifest.build(r, "parquet", objects, {"value": "avro"} if version else None)
     store.put_json(layout.manifest_name(prefix, r), doc)

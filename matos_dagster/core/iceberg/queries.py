@@ -40,6 +40,23 @@ def table_files(t, partition: int | None = None, start: int | None = None, end: 
     return out
 
 
+def window_filter(window_key: str) -> str:
+    """The SQL condition of a day (`2026-11-24`) or hour (`2026-11-24-13:00`) of event time, in UTC:
+    on the table's `timestamp`, whose bounds per data file let DuckDB and Spark skip the files of
+    other windows without opening them."""
+    from matos_dagster.core.days import windows
+
+    length = windows.DAY_MS if len(window_key) == len("2026-11-24") else windows.HOUR_MS
+    start, end = windows.parse(window_key, length)
+    return f"timestamp >= {_sql_time(start)} AND timestamp < {_sql_time(end)}"
+
+
+def _sql_time(ms: int) -> str:
+    from datetime import datetime, timezone
+
+    return f"TIMESTAMPTZ '{datetime.fromtimestamp(ms / 1000, timezone.utc).strftime('%Y-%m-%d %H:%M:%S')}+00'"
+
+
 def duckdb_connection(s3: S3 | None = None):
     """A DuckDB connection that reads the archive over the S3 API, its extensions loaded from the
     `duckdb-ext-*` wheels (nothing downloaded at run time)."""
