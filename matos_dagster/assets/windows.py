@@ -46,7 +46,7 @@ from matos_dagster.resources import KafkaResource, SwiftResource
 _COLUMNS = TableSchema(columns=[
     TableColumn("partition", "int"), TableColumn("records", "int"), TableColumn("bytes", "int"),
     TableColumn("first_offset", "int"), TableColumn("last_offset", "int"), TableColumn("late", "int"),
-    TableColumn("ranges", "string"),
+    TableColumn("ranges", "string"), TableColumn("lost", "string"),
 ])
 
 
@@ -81,12 +81,15 @@ def windows_asset(topic: TopicConfig):
         rows = [TableRecord({"partition": p, "records": s["records"], "bytes": s["bytes"],
                              "first_offset": -1 if s["first_offset"] is None else s["first_offset"],
                              "last_offset": -1 if s["last_offset"] is None else s["last_offset"],
-                             "late": s["late"], "ranges": ", ".join(s["ranges"])}) for p, s in per.items()]
+                             "late": s["late"], "ranges": ", ".join(s["ranges"]),
+                             "lost": ", ".join(f"[{a}, {b})" for a, b in s["lost"])}) for p, s in per.items()]
         return MaterializeResult(
             metadata={
                 "records": MetadataValue.int(sum(s["records"] for s in per.values())),
                 "bytes": MetadataValue.int(sum(s["bytes"] for s in per.values())),
                 "late_records": MetadataValue.int(sum(s["late"] for s in per.values())),
+                # Offsets acknowledged lost that may have held records of the window (acknowledge_loss).
+                "lost_offsets": MetadataValue.int(sum(b - a for s in per.values() for a, b in s["lost"])),
                 "partitions": MetadataValue.table(rows, schema=_COLUMNS),
                 "window": MetadataValue.json({"start_ms": doc["start"], "end_ms": doc["end"]}),
             },

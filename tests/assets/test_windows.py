@@ -8,7 +8,6 @@ import time
 import uuid
 
 import pytest
-from helpers import read_kafka
 from dagster import (
     AssetKey,
     DagsterInstance,
@@ -18,15 +17,17 @@ from dagster import (
     instance_for_test,
     materialize,
 )
+from helpers import delete_records, read_kafka
 
 from matos_dagster.assets.windows import summary_asset, windows_asset, windows_job, windows_sensor
+from matos_dagster.core.archive.loss import acknowledge
 from matos_dagster.core.archive.range_run import archive_range
 from matos_dagster.core.days import evaluate, windows
 from matos_dagster.core.days.read import read_window
-from matos_dagster.jobs.restore import restore_job
 from matos_dagster.core.offsets.ranges import OffsetRange
 from matos_dagster.core.swift import layout
 from matos_dagster.core.topics import TopicConfig
+from matos_dagster.jobs.restore import restore_job
 
 TODAY = windows.start_of(int(time.time() * 1000), windows.DAY_MS)
 D1, D2, D3 = TODAY - 3 * windows.DAY_MS, TODAY - 2 * windows.DAY_MS, TODAY - windows.DAY_MS
@@ -155,3 +156,23 @@ def test_an_idle_partition_holds_back_no_day(kafka, swift, spark, new_topic, ins
     assert [d for d, _ in requested] == [key(D1), key(D2)]
     m = days.materialize(key(D2), instance)
     assert m.metadata["records"].value == 0
+
+
+def test_records_lost_before_they_were_archived_are_reported_on_the_days_they_may_have_held(
+        kafka, swift, spark, new_topic, instance):
+    days = Days(kafka, swift, spark, new_topic(partitions=1))
+    days.produce(0, D1 + H)
+    days.archive()
+    days.produce(0, D1 + 2 * H, D2 + H)  # offsets 1 and 2: deleted by retention before they are archived
+    delete_records(kafka, days.name, 0, 3)
+    with swift.store() as store:
+        prefix = layout.join(store.params.prefix, days.topic.prefix)
+        acknowledge(kafka, store, prefix, days.topic, 0, "retention ran before the archive")
+    days.archived[0] = 3
+    days.produce(0, D3 + H)
+    days.archive()
+    assert [d for d, _ in days.evaluate()] == [key(D1), key(D2)]
+    d1, d2 = days.materialize(key(D1), instance), days.materialize(key(D2), instance)
+    # The lost offsets lie between D1's last archived record and D3's first: D1 and D2 may have held them.
+    assert [(m.metadata["records"].value, m.metadata["lost_offsets"].value) for m in (d1, d2)] == [(1, 2), (0, 2)]
+    assert [r.data["lost"] for r in d2.metadata["partitions"].value.records] == ["[1, 3)"]

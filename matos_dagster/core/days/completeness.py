@@ -26,6 +26,8 @@ from dataclasses import dataclass, field, replace
 from matos_dagster.core.days import buckets as hours
 from matos_dagster.core.days.windows import start_of
 
+LOST = "lost:"  # a Part's name for an acknowledged loss (a range's name is its Swift folder)
+
 
 @dataclass(frozen=True)
 class Rules:
@@ -61,28 +63,41 @@ class Part:
         else:  # the range's other hours of the same window
             self.ranges[name] = [r[0] + n, r[1] + nb, min(r[2], lo), max(r[3], hi), r[4] + (n if late else 0)]
 
+    def add_loss(self, start: int, end: int) -> None:
+        """An acknowledged loss `[start, end)` that may have held records of the window (no record: a name
+        of its own, LOST + offsets, so the window's records, bytes and offsets are its ranges' alone)."""
+        self.ranges[f"{LOST}{start}-{end}"] = [0, 0, start, end - 1, 0]
+
     def merge(self, other: "Part") -> None:
         self.ranges.update(other.ranges)
 
+    def _held(self):
+        return [r for name, r in self.ranges.items() if not name.startswith(LOST)]
+
     @property
     def records(self) -> int:
-        return sum(r[0] for r in self.ranges.values())
+        return sum(r[0] for r in self._held())
 
     @property
     def bytes(self) -> int:
-        return sum(r[1] for r in self.ranges.values())
+        return sum(r[1] for r in self._held())
 
     @property
     def first_offset(self) -> int | None:
-        return min((r[2] for r in self.ranges.values()), default=None)
+        return min((r[2] for r in self._held()), default=None)
 
     @property
     def last_offset(self) -> int | None:
-        return max((r[3] for r in self.ranges.values()), default=None)
+        return max((r[3] for r in self._held()), default=None)
 
     @property
     def late(self) -> int:
-        return sum(r[4] for r in self.ranges.values())
+        return sum(r[4] for r in self._held())
+
+    @property
+    def losses(self) -> list[tuple[int, int]]:
+        """The acknowledged losses `[start, end)` that may have held records of the window."""
+        return sorted((r[2], r[3] + 1) for name, r in self.ranges.items() if name.startswith(LOST))
 
 
 @dataclass
@@ -95,6 +110,9 @@ class PartitionTime:
     log_end_since_ms: int = 0
     lost: int = 0  # offsets of acknowledged losses passed over (their records are in no window)
     late: int = 0  # records of a window already complete when they were read
+    # Acknowledged losses passed over since the last timed record, [start, end, the latest timestamp
+    # before them or None]: the windows they touched are known once a record after them is read.
+    losses: list = field(default_factory=list)
 
 
 @dataclass
@@ -113,7 +131,7 @@ class Update:
     start: int
     end: int
     parts: dict[int, Part]
-    late: bool  # parts hold only what came late
+    late: bool  # parts hold only what changed in a window already complete (late records, losses)
 
 
 def partition_watermark(p: PartitionTime, log_end: int, now_ms: int, rules: Rules) -> int | None:
@@ -132,6 +150,14 @@ def advance(state: TopicTime, ranges: dict[int, list[ArchivedRange]], log_ends: 
     the new state and the windows to materialise, oldest first."""
     limit = now_ms + rules.future_margin_ms
     late_parts: dict[int, dict[int, Part]] = {}
+
+    def complete(w: int) -> bool:
+        return state.complete_to is not None and w + rules.length_ms <= state.complete_to
+
+    def into(w: int, partition: int) -> Part:
+        """The partition's share of window `w` in this evaluation: pending, or a change to a complete window."""
+        return (late_parts if complete(w) else state.pending).setdefault(w, {}).setdefault(partition, Part())
+
     for partition, log_end in log_ends.items():
         p = state.partitions.setdefault(partition, PartitionTime())
         if p.log_end != log_end:
@@ -140,7 +166,20 @@ def advance(state: TopicTime, ranges: dict[int, list[ArchivedRange]], log_ends: 
             if r.start != p.next_offset:
                 break  # not contiguous: the rest waits for the gap to be archived
             p.untimed += r.untimed
-            p.lost += r.lost
+            if r.lost:
+                p.lost += r.lost
+                p.losses.append([r.start, r.end, p.max_ts])
+                if p.max_ts is not None:  # the window of the last record before it, known now
+                    into(start_of(p.max_ts, rules.length_ms), partition).add_loss(r.start, r.end)
+            timed = [h for h in r.buckets if h <= limit]
+            if p.losses and timed:
+                # A loss may have held records of any window from the last record before it to the first after.
+                after = start_of(min(timed), rules.length_ms)
+                for lo, hi, before in p.losses:
+                    for w in range(after if before is None else start_of(before, rules.length_ms),
+                                   after + rules.length_ms, rules.length_ms):
+                        into(w, partition).add_loss(lo, hi)
+                p.losses = []
             for h, (n, nb, lo, hi, mx) in sorted(r.buckets.items()):
                 if h > limit:
                     p.future += n
@@ -148,9 +187,8 @@ def advance(state: TopicTime, ranges: dict[int, list[ArchivedRange]], log_ends: 
                 if mx <= limit:
                     p.max_ts = mx if p.max_ts is None else max(p.max_ts, mx)
                 w = start_of(h, rules.length_ms)
-                late = state.complete_to is not None and w + rules.length_ms <= state.complete_to
-                into = late_parts if late else state.pending
-                into.setdefault(w, {}).setdefault(partition, Part()).add(n, nb, lo, hi, r.name, late)
+                late = complete(w)
+                into(w, partition).add(n, nb, lo, hi, r.name, late)
                 p.late += n if late else 0
             p.next_offset = r.end
     marks = [partition_watermark(state.partitions[q], log_ends[q], now_ms, rules) for q in log_ends]

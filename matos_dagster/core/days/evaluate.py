@@ -13,13 +13,22 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 
 import pyarrow.compute as pc
-from dataclasses import dataclass
 
 from matos_dagster.core.days import buckets as hours
 from matos_dagster.core.days import windows
-from matos_dagster.core.days.completeness import ArchivedRange, Part, PartitionTime, Rules, TopicTime, Update, advance
+from matos_dagster.core.days.completeness import (
+    LOST,
+    ArchivedRange,
+    Part,
+    PartitionTime,
+    Rules,
+    TopicTime,
+    Update,
+    advance,
+)
 from matos_dagster.core.records.objects import decode, row_sizes
 from matos_dagster.core.swift import layout
 from matos_dagster.core.swift.archived import LOSS, RANGE, PartitionArchive
@@ -41,7 +50,7 @@ def state_to_json(state: TopicTime) -> dict:
     return {
         "complete_to": state.complete_to,
         "partitions": {str(p): [t.next_offset, t.max_ts, t.future, t.untimed, t.log_end, t.log_end_since_ms,
-                                t.lost, t.late] for p, t in sorted(state.partitions.items())},
+                                t.lost, t.late, t.losses] for p, t in sorted(state.partitions.items())},
         "pending": {str(w): {str(p): part.ranges for p, part in parts.items()} for w, parts in state.pending.items()},
     }
 
@@ -68,14 +77,14 @@ def window_doc(topic: str, u: Update, length_ms: int, earlier: dict | None) -> d
 
 
 def summary(doc: dict) -> dict[int, dict]:
-    """Per partition: records, bytes, first and last offset, late records, ranges (a window record's)."""
+    """Per partition: records, bytes, first and last offset, late records, ranges, and the acknowledged
+    losses `[start, end)` that may have held records of the window (a window record's)."""
     out = {}
     for p, ranges in doc["partitions"].items():
-        rs = list(ranges.values())
-        out[int(p)] = {"records": sum(r[0] for r in rs), "bytes": sum(r[1] for r in rs),
-                       "first_offset": min((r[2] for r in rs), default=None),
-                       "last_offset": max((r[3] for r in rs), default=None),
-                       "late": sum(r[4] for r in rs), "ranges": sorted(ranges)}
+        part = Part(dict(ranges))
+        out[int(p)] = {"records": part.records, "bytes": part.bytes, "first_offset": part.first_offset,
+                       "last_offset": part.last_offset, "late": part.late,
+                       "ranges": sorted(n for n in ranges if not n.startswith(LOST)), "lost": part.losses}
     return out
 
 

@@ -88,6 +88,39 @@ def test_records_without_a_timestamp_belong_to_no_day_and_are_counted():
     assert state.partitions[0].untimed == 2
 
 
+def lost(start: int, end: int) -> ArchivedRange:
+    """An acknowledged loss [start, end), as the archive lists it: offsets of no record."""
+    return ArchivedRange(start, end, "", {}, 0, lost=end - start)
+
+
+def test_an_acknowledged_loss_is_reported_on_every_day_from_the_last_record_before_it_to_the_first_after():
+    # Monday 22:00, then offsets 1-3 lost, then Wednesday 01:00: Monday, Tuesday and Wednesday may miss records.
+    state, done = advance(TopicTime(), {0: [rng(0, 1, 22), lost(1, 4), rng(4, 5, 49)]}, {0: 10}, at(51), DAYS)
+    assert keys(done) == ["2026-11-23", "2026-11-24"]
+    assert [u.parts[0].losses for u in done] == [[(1, 4)]] * 2 and state.pending[at(48)][0].losses == [(1, 4)]
+    assert [(u.parts[0].records, u.parts[0].first_offset, u.parts[0].last_offset) for u in done] == [
+        (1, 0, 0), (0, None, None)]  # a loss holds no record and no offset of the day's
+    assert state.partitions[0].lost == 3 and state.partitions[0].losses == []
+
+
+def test_a_loss_after_a_complete_day_gives_that_day_a_new_version_at_once():
+    state, _ = advance(TopicTime(), {0: [rng(0, 1, 1)]}, {0: 1}, at(30), DAYS)
+    state, done = advance(state, {}, {0: 1}, at(30) + DAYS.idle_ms, DAYS)  # idle: Monday is complete
+    assert keys(done) == ["2026-11-23"]
+    # Offsets 1-3 deleted before they were archived, acknowledged: the last record before them is Monday's.
+    state, done = advance(state, {0: [lost(1, 4)]}, {0: 4}, at(31), DAYS)
+    assert keys(done) == ["2026-11-23 late"] and done[0].parts[0].losses == [(1, 4)]
+    assert done[0].parts[0].records == 0  # the change is the loss alone: Monday's records stay as they were
+    # The first record after them is Wednesday's: Tuesday may have lost records too.
+    state, done = advance(state, {0: [rng(4, 5, 50)]}, {0: 10}, at(51), DAYS)
+    assert keys(done) == ["2026-11-23 late", "2026-11-24"] and done[1].parts[0].losses == [(1, 4)]
+
+
+def test_a_loss_before_the_first_record_is_reported_on_the_first_records_day():
+    state, done = advance(TopicTime(), {0: [lost(0, 5), rng(5, 7, 30, 50)]}, {0: 10}, at(51), DAYS)
+    assert keys(done) == ["2026-11-24"] and done[0].parts[0].losses == [(0, 5)]
+
+
 def test_hour_buckets_of_records_are_exact_before_1970_and_without_timestamps():
     ts = pa.array([-1, 0, None, H + 5, H + 7], pa.int64())
     b, untimed = buckets.of_records(ts, pa.array([10, 11, 12, 13, 14]), np.array([1, 2, 3, 4, 5]))
