@@ -273,7 +273,8 @@ SETTINGS: tuple[Setting, ...] = (
             "Partition keys kept per topic partition (the newest); older keys of archived, committed ranges "
             "are removed. Their ranges stay in Swift: read, verified and restored as before.", kind=Whole()),
     Setting("MATOS_KEEP_RUNS", "1000",
-            "Finished runs kept per job (the newest), with their event logs and compute logs; older ones are deleted.", kind=Whole()),
+            "Finished runs kept per job (the newest), with their event logs and compute logs; older ones are deleted "
+            "(not the newest successful run of each day or hour: it holds that window's materialisation).", kind=Whole()),
     Setting("MATOS_KEEP_FAILED_RUNS_DAYS", "14", "Days a failed run is kept for an operator, beyond MATOS_KEEP_RUNS.", kind=Number(unit="days")),
     # Local stack
     Setting("MATOS_DEVSTACK_DIR", str(PROJECT_ROOT / ".devstack"),

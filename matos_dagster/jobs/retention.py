@@ -139,7 +139,8 @@ def _finished_runs(instance: DagsterInstance):
         for rec in records:
             run = rec.dagster_run
             yield retention.RunInfo(
-                run.run_id, run.job_name, True, run.status == DagsterRunStatus.FAILURE, rec.create_timestamp.timestamp()
+                run.run_id, run.job_name, True, run.status == DagsterRunStatus.FAILURE, rec.create_timestamp.timestamp(),
+                run.tags.get(PARTITION_NAME_TAG),
             )
         if len(records) < _PAGE:
             return

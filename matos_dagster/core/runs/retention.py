@@ -13,7 +13,9 @@ these rules on a schedule:
   consults the keys.
 - **runs**: per job, the newest `keep_runs` finished runs stay (the sensor's bytes-per-record
   estimate reads the latest materialisation, the monitor its last evaluations), and a failed
-  run stays `keep_failed_days` for an operator. Runs not finished are never touched.
+  run stays `keep_failed_days` for an operator. Runs not finished are never touched, nor the
+  newest successful run of each day or hour (`holds_a_window`): it holds that window's
+  materialisation.
 """
 
 from __future__ import annotations
@@ -78,13 +80,33 @@ class RunInfo:
     finished: bool
     failed: bool
     created_s: float
+    partition: str | None = None  # the run's partition key, if any
+
+
+def holds_a_window(run: RunInfo) -> bool:
+    """A successful run of a partition that is not an offset range: a day or an hour of event time
+    (or a user's own time partition). Dagster reads a partition's materialisation from the run that
+    made it: deleting that run would show the day as never materialised, and automation would run
+    what depends on it again. Their number grows by one a window, not a range."""
+    if run.partition is None or run.failed:
+        return False
+    try:
+        parse_key(run.partition)
+    except MalformedKey:
+        return True
+    return False
 
 
 def deletable_runs(runs_newest_first: Iterable[RunInfo], policy: Policy, now_s: float) -> Iterator[str]:
-    """Ids of the runs to delete, from runs given newest first."""
+    """Ids of the runs to delete, from runs given newest first. The newest successful run of each
+    job and window (`holds_a_window`) is kept, outside the count."""
     seen: Counter[str] = Counter()
+    windows: set[tuple[str, str]] = set()
     for run in runs_newest_first:
         if not run.finished:
+            continue
+        if holds_a_window(run) and (run.job, run.partition) not in windows:
+            windows.add((run.job, run.partition))
             continue
         seen[run.job] += 1
         if seen[run.job] <= policy.keep_runs:

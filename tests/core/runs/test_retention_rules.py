@@ -33,8 +33,9 @@ def test_keys_that_are_not_ranges_are_left_alone():
     assert [r.start for r in got] == [0]
 
 
-def run(i: int, job: str = "archive", failed: bool = False, finished: bool = True, age_days: float = 0) -> RunInfo:
-    return RunInfo(f"r{i}", job, finished, failed, 1_000_000_000 - age_days * DAY_S)
+def run(i: int, job: str = "archive", failed: bool = False, finished: bool = True, age_days: float = 0,
+        partition: str | None = None) -> RunInfo:
+    return RunInfo(f"r{i}", job, finished, failed, 1_000_000_000 - age_days * DAY_S, partition)
 
 
 def test_each_job_keeps_its_newest_finished_runs():
@@ -51,6 +52,17 @@ def test_runs_not_finished_are_never_deleted_nor_counted():
 def test_a_failed_run_stays_for_its_days_then_goes():
     runs = [run(i) for i in range(10)] + [run(50, failed=True, age_days=3), run(51, failed=True, age_days=20)]
     assert list(deletable_runs(runs, Policy(keep_runs=10, keep_failed_days=14), now_s=1_000_000_000)) == ["r51"]
+
+
+def test_the_newest_successful_run_of_each_day_stays_as_it_holds_the_days_materialisation():
+    # Newest first: day 2026-11-25 twice (late records came), then 11 older days; then 11 ranges' runs.
+    days = [run(0, "days_clicks_job", partition="2026-11-25"), run(1, "days_clicks_job", partition="2026-11-25")]
+    days += [run(10 + i, "days_clicks_job", partition=f"2026-10-{i + 1:02d}") for i in range(11)]
+    ranges = [run(50 + i, partition=k) for i, k in enumerate(keys(0, *range(0, 120, 10)))]
+    got = list(deletable_runs(days + ranges, Policy(keep_runs=10), now_s=1_000_000_000))
+    assert got == ["r60"]  # 13 runs of the days' job, none deleted; the 11th range's run goes
+    older = [run(2 + i, "days_clicks_job", partition="2026-11-25") for i in range(10)]
+    assert list(deletable_runs(days[:2] + older, Policy(keep_runs=10), now_s=1_000_000_000)) == ["r11"]
 
 
 @pytest.mark.parametrize("kw, setting", [({"keep_keys": 0}, "MATOS_KEEP_KEYS"), ({"keep_runs": 3}, "MATOS_KEEP_RUNS"),
