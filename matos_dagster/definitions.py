@@ -12,7 +12,7 @@ from dagster import Definitions, EnvVar, in_process_executor
 
 from matos_dagster.assets.archive import archive_asset, ranges_partitions
 from matos_dagster.assets.monitor import monitor_automation, monitor_check
-from matos_dagster.assets.windows import summary_asset, windows_asset, windows_job, windows_sensor
+from matos_dagster.assets.windows import summary_asset, windows_asset, windows_automation, windows_job, windows_sensor
 from matos_dagster.core import settings, topics
 from matos_dagster.jobs.backfill import backfill_job
 from matos_dagster.jobs.compact import compact_job, compact_schedule
@@ -82,7 +82,8 @@ defs = Definitions(
     jobs=[load, ADD_RANGES, backfill_job(TOPICS, ADD_RANGES, lambda: defs.resolve_asset_graph()), acknowledge_loss_job(TOPICS), restore_job(TOPICS), verify_job(TOPICS), RETENTION, COMPACT,
           iceberg_job(TOPICS), *WINDOW_JOBS],
     sensors=[lag_sensor(t, ranges_partitions(t), SENSOR_INTERVAL_S) for t in TOPICS] + [s for _, s in MONITORS]
-    + [windows_sensor(t, j, SENSOR_INTERVAL_S) for t, j in zip(TIMED, WINDOW_JOBS)],
+    + [windows_sensor(t, j, SENSOR_INTERVAL_S) for t, j in zip(TIMED, WINDOW_JOBS)]
+    + ([windows_automation(SENSOR_INTERVAL_S)] if TIMED else []),
     schedules=[schedule for schedule, _ in MONITORS]
     + [retention_schedule(RETENTION, os.environ["MATOS_RETENTION_CRON"]),
        compact_schedule(COMPACT, TOPICS, os.environ["MATOS_COMPACT_CRON"])],

@@ -42,12 +42,16 @@ def missing(piece: str) -> NoReturn:
 TIMESTAMP_TYPES = {0: "NotAvailable", 1: "CreateTime", 2: "LogAppendTime"}
 
 
-def produce(kafka, topic: str, rows, partition: int | None = None, **producer_conf) -> None:
-    """rows: iterable of (key, value, headers) or (key, value, headers, partition)."""
+def produce(kafka, topic: str, rows, partition: int | None = None, timestamp: int | None = None,
+            **producer_conf) -> None:
+    """rows: iterable of (key, value, headers) or (key, value, headers, partition); every record
+    stamped `timestamp` (ms) if given, else by the producer's clock."""
     p = kafka.producer(**producer_conf)
     for row in rows:
         key, value, headers, *part = row
         kwargs = {"key": key, "value": value, "headers": headers}
+        if timestamp is not None:
+            kwargs["timestamp"] = timestamp
         target = part[0] if part else partition
         if target is not None:
             kwargs["partition"] = target

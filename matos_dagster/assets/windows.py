@@ -15,7 +15,9 @@ import time
 from dagster import (
     AssetExecutionContext,
     AssetKey,
+    AssetSelection,
     AutomationCondition,
+    AutomationConditionSensorDefinition,
     DailyPartitionsDefinition,
     DataVersion,
     DefaultSensorStatus,
@@ -65,7 +67,7 @@ def windows_asset(topic: TopicConfig):
     @asset(
         name=topic.windows_asset_name,
         partitions_def=windows_partitions(topic),
-        group_name="event_time",
+        group_name=GROUP,
         description=(f"The {topic.time_window}s of `{topic.name}` (records' timestamps, UTC) that are completely "
                      "archived: a partition is materialised when its window is complete, and again when late "
                      "records of it are archived."),
@@ -125,6 +127,20 @@ def windows_sensor(topic: TopicConfig, job, interval_s: int):
     return _windows
 
 
+GROUP = "event_time"
+
+
+def windows_automation(interval_s: int) -> AutomationConditionSensorDefinition:
+    """Evaluates the automation conditions of the `event_time` group (the summaries, and a user's own
+    assets placed in it), running by default: Dagster's own default automation sensor starts stopped,
+    and what depends on a day should run when the day completes without anyone turning it on."""
+    return AutomationConditionSensorDefinition(
+        "event_time_automation", target=AssetSelection.groups(GROUP), default_status=DefaultSensorStatus.RUNNING,
+        minimum_interval_seconds=interval_s,
+        description=f"Runs the assets of group `{GROUP}` whose automation condition asks for it (what depends on "
+                    "a day, when the day completes or changes).")
+
+
 def summary_asset(topic: TopicConfig):
     """The example of a user's own asset on a day: it depends on the day and runs when it is
     complete (or changes), reading the day's records directly."""
@@ -136,7 +152,7 @@ def summary_asset(topic: TopicConfig):
         deps=[AssetKey(topic.windows_asset_name)],
         # Eager, for every day and not only the latest: a late record gives an older day a new version.
         automation_condition=AutomationCondition.eager().without(AutomationCondition.in_latest_time_window()),
-        group_name="event_time",
+        group_name=GROUP,
         description=f"Per {topic.time_window} of `{topic.name}`: records, bytes and keys, read from the archive "
                     "once the window is complete (an example of depending on a window).",
     )

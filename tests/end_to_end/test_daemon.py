@@ -39,10 +39,12 @@ from matos_dev.stack import process
 from matos_dev.stack.process import free_port
 from pg_server import PRODUCTION_INSTANCE, environment, new_database, running_postgres
 
+from matos_dagster.core.days import windows
 from matos_dagster.core.settings import PROJECT_ROOT
 from matos_dagster.resources import SwiftResource
 
 DAGSTER = str(Path(sys.executable).parent / "dagster")
+YESTERDAY_MS = windows.start_of(int(time.time() * 1000), windows.DAY_MS) - windows.DAY_MS
 LOGS = PROJECT_ROOT / "test-output" / "test_daemon"
 PARTITIONS = 3
 RECORDS = 300
@@ -284,7 +286,9 @@ def dev(request, tmp_path_factory, kafka, kafka_server, swift_server, connect_se
         futures[topic].result(timeout=30)
         del admin
         env = dev_project(
-            tmp, f"topics:\n  - name: {topic}\n    group: {GROUP}\n    batch: {{records: 50, age_s: 5}}\n",
+            # Days: a partition archived to its log end is idle after 5 s (test A's records are yesterday's).
+            tmp, f"topics:\n  - name: {topic}\n    group: {GROUP}\n    batch: {{records: 50, age_s: 5}}\n"
+                 f"    allowed_lateness_s: 0\n    idle_s: 5\n",
             f"daemon-{uuid.uuid4().hex[:8]}", instance_env,
             MATOS_SENSOR_INTERVAL_S=str(INTERVAL_S),
             MATOS_KAFKA_BOOTSTRAP_SERVERS=kafka_server.bootstrap_servers,
@@ -298,7 +302,7 @@ def dev(request, tmp_path_factory, kafka, kafka_server, swift_server, connect_se
 def test_the_daemon_archives_new_records_by_itself(dev, kafka, swift_server):
     rows = [(f"k{i}".encode(), f"value {i} ".encode() * 4, [("n", str(i).encode())], i % PARTITIONS)
             for i in range(RECORDS)]
-    produce(kafka, dev.topic, rows)
+    produce(kafka, dev.topic, rows, timestamp=YESTERDAY_MS + 3_600_000)  # a day the days asset completes
     parts = list(range(PARTITIONS))
     high = {p: h for p, (_, h) in kafka.watermarks(dev.topic, parts).items()}
     assert sum(high.values()) == RECORDS
@@ -368,6 +372,25 @@ def test_an_archive_run_is_followed_by_a_monitor_run(dev):
             f"the monitor run {run.run_id} succeeded but its check execution is {execution.status}")
         evaluation = execution.event.asset_check_evaluation
         assert evaluation.passed and evaluation.metadata["status"].value == "OK", evaluation.description
+
+
+def test_a_completed_day_is_materialised_by_the_daemon_and_what_depends_on_it_by_automation(dev):
+    """Test A's records are stamped yesterday: once archived to the log end, and idle for the topic's
+    idle_s, yesterday is complete. The days sensor's run materialises it, and Dagster's automation
+    then runs the summary that depends on it; nobody asks."""
+    day = windows.key(YESTERDAY_MS, windows.DAY_MS)
+    days = AssetKey("days_" + dev.asset.removeprefix("archive_"))
+    summary = AssetKey("summary_" + dev.asset.removeprefix("archive_"))
+    assert dev.quiet_from, "test A archives first: run the module, not this test alone"
+    with shows_log(dev):
+        wait_for(f"{days.to_user_string()} {day} materialised by its sensor's run",
+                 lambda: day in dev.instance.get_materialized_partitions(days), 180, dev)
+        wait_for(f"{summary.to_user_string()} {day} materialised by automation",
+                 lambda: day in dev.instance.get_materialized_partitions(summary), 180, dev)
+    event = dev.instance.get_latest_materialization_event(days)
+    assert event.asset_materialization.partition == day
+    assert event.asset_materialization.metadata["records"].value == RECORDS
+    assert dev.instance.get_materialized_partitions(days) == {day}  # today is not complete
 
 
 def quiet_start(dev: Dev, kafka) -> Quiet:
