@@ -33,7 +33,7 @@ from matos_dagster.core.kafka.client import KafkaClient
 from matos_dagster.core.offsets.ranges import OffsetRange
 from matos_dagster.core.schemas import typed as typed_columns
 from matos_dagster.core.schemas.errors import RegistryUnavailable
-from matos_dagster.core.spark.tasks import run_tasks, task_error
+from matos_dagster.core.spark.tasks import run_entries
 from matos_dagster.core.swift import layout, manifest
 from matos_dagster.core.swift.archived import LOSS, PartitionArchive
 from matos_dagster.core.swift.store import Store
@@ -218,16 +218,10 @@ def _archive(r: OffsetRange, topic: TopicConfig, kafka: KafkaClient, store: Stor
 def _run_slices(session: Any, jobs: list[SliceJob], r: OffsetRange) -> list[dict]:
     """Every object's manifest entry. A task's RegistryUnavailable (retried by Spark first) is
     raised as what it is; a slice refused for a record that does not decode raises Undecodable."""
-    try:
-        written = run_tasks(session, archive_slice, jobs, f"archive {r}")
-    except Exception as e:
-        failed = task_error(e, RegistryUnavailable)
-        if failed is None:
-            raise
-        raise RegistryUnavailable(f"{r}: {failed}; nothing was committed, a later run archives the range") from None
-    refused = [o["refused"] for objects in written for o in objects if "refused" in o]
-    if refused:
-        raise Undecodable(refused[0])
+    written = run_entries(
+        session, archive_slice, jobs, f"archive {r}", RegistryUnavailable,
+        lambda failed: RegistryUnavailable(f"{r}: {failed}; nothing was committed, a later run archives the range"),
+        Undecodable)
     return [o for objects in written for o in objects]
 
 

@@ -47,7 +47,7 @@ from matos_dagster.core.compact.merge import CompactionError, MergeJob, merge_gr
 from matos_dagster.core.compact.plan import Group, Member, holder, plan
 from matos_dagster.core.iceberg.hooks import keep_compacted
 from matos_dagster.core.offsets.ranges import OffsetRange
-from matos_dagster.core.spark.tasks import run_tasks, task_error
+from matos_dagster.core.spark.tasks import run_entries
 from matos_dagster.core.swift import layout, manifest
 from matos_dagster.core.swift.archived import RANGE, Entry, Folder, PartitionArchive, effective
 from matos_dagster.core.swift.store import Store, SwiftParams
@@ -182,18 +182,9 @@ def compact_partition(
     jobs = [_job(topic, partition, g, docs, store, prefix) for g in p.groups]
     for g, job in zip(p.groups, jobs):
         say(f"{job.range}: merging {len(g.members)} ranges ({len(job.inputs)} objects, {g.record_bytes} record bytes)")
-    try:
-        written = run_tasks(spark, merge_group, jobs, f"compact {topic.name}/{partition}: {len(jobs)} group(s)")
-    except Exception as e:
-        # A task's CompactionError reaches the driver inside Spark's error (with the task's
-        # traceback): raise it as what it is, so a caller sees a refusal, not a Spark failure.
-        failed = task_error(e, CompactionError)
-        if failed is None:
-            raise
-        raise CompactionError(f"{topic.name}/{partition}: {failed}; nothing was switched") from None
-    refused = [o["refused"] for objects in written for o in objects if "refused" in o]
-    if refused:
-        raise CompactionError(f"{topic.name}/{partition}: {refused[0]}; nothing was switched")
+    refusal = lambda why: CompactionError(f"{topic.name}/{partition}: {why}; nothing was switched")  # noqa: E731
+    written = run_entries(spark, merge_group, jobs, f"compact {topic.name}/{partition}: {len(jobs)} group(s)",
+                          CompactionError, refusal, refusal)
     if jobs:
         faults.at("compact-after-objects")
     for g, job, objects in zip(p.groups, jobs, written):

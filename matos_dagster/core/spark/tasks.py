@@ -79,6 +79,26 @@ def run_tasks(spark: Any, fn: Callable[[T], R], items: Iterable[T], description:
     return [results[i] for i in range(len(items))]
 
 
+def run_entries(spark: Any, fn: Callable[[T], list[dict]], items: Iterable[T], description: str,
+                raised: type[Exception], as_error: Callable[[str], Exception],
+                as_refused: Callable[[str], Exception]) -> list[list[dict]]:
+    """`run_tasks` of tasks that each return manifest entries (the archive's slices, compaction's
+    groups): a task's `raised` error, found in Spark's, becomes `as_error(its message)`, and an
+    entry a task marked "refused" (a refusal Spark must not retry) `as_refused(its message)`, so a
+    caller sees the refusal, not a Spark failure."""
+    try:
+        written = run_tasks(spark, fn, items, description)
+    except Exception as e:
+        failed = task_error(e, raised)
+        if failed is None:
+            raise
+        raise as_error(failed) from None
+    refused = [o["refused"] for entries in written for o in entries if "refused" in o]
+    if refused:
+        raise as_refused(refused[0])
+    return written
+
+
 def task_error(e: Exception, kind: type[Exception]) -> str | None:
     """The message of a `kind` error a task raised, found in the Spark error that carries the task's
     Python traceback; None if the task failed otherwise. The driver raises it again as what it is, so
