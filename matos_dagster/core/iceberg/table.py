@@ -28,7 +28,7 @@ from typing import Callable
 import pyarrow as pa
 
 from matos_dagster.core import faults, settings
-from matos_dagster.core.iceberg import expiry
+from matos_dagster.core.iceberg import days, expiry
 from matos_dagster.core.iceberg import plan as iceberg_plan
 from matos_dagster.core.iceberg.access import S3, catalog_properties, s3_for
 from matos_dagster.core.iceberg.expiry import Expiry
@@ -115,6 +115,7 @@ class Tables:
                                               properties=TABLE_PROPERTIES)
                 with t.update_spec() as spec:
                     spec.add_identity("partition")
+                    days.add_day_field(spec)
                 t = self.catalog.load_table(ident)
             except TableAlreadyExistsError:  # another run created it meanwhile
                 t = self.catalog.load_table(ident)
@@ -130,6 +131,18 @@ class Tables:
             try:
                 with t.transaction() as tx:
                     tx.set_properties(**{NO_PYICEBERG_RETRY: "0"})
+            except CommitFailedException:
+                pass
+            t = self.catalog.load_table(ident)
+        if not days.has_day_field(t.spec()):
+            # A table made before it was partitioned by day: its spec evolves, in a commit of its own
+            # (no snapshot). Its files stay under the spec they were added with (read by their
+            # bounds); files added from now on are each of one day. Refused: another run did it.
+            from pyiceberg.exceptions import CommitFailedException
+
+            try:
+                with t.update_spec() as spec:
+                    days.add_day_field(spec)
             except CommitFailedException:
                 pass
             t = self.catalog.load_table(ident)
@@ -197,15 +210,18 @@ class Tables:
             present = table_files(t, doc.partition, doc.start, doc.end)
             drop = iceberg_plan.covering(((p, lo, hi) for p, (lo, hi, _, _) in present.items()), doc.start, doc.end)
             want = [self.url(o.name) for o in doc.objects]
-            if sorted(drop) == sorted(want):
+            if sorted({self.source(doc.topic, p) for p in drop}) == sorted(want):
                 return False
             step = Step(doc.partition, marks[doc.partition], tuple(o.name for o in doc.objects), doc.records,
                         [(doc.start, doc.end)], (doc.start, doc.end), iceberg_plan.is_typed(doc))
             try:
                 self._commit(t, step, marks, {p: present[p][3] for p in drop})
-                return True
             except CommitFailedException:
                 continue
+            for p in drop:  # the replaced objects' copies by day: the table's own, referenced no more
+                if self.source(doc.topic, p) != p:
+                    self.store.delete(p.removeprefix(self.url("")))
+            return True
         raise TableError(f"{doc.topic}/{doc.partition}: the Iceberg commit of compacted range [{doc.start}, {doc.end}) "
                          "kept failing; the next compaction run retries it")
 
@@ -228,6 +244,7 @@ class Tables:
             drop = {p: present[p][3] for p in names}
         paths = [self.url(n) for n in step.adds]
         typed = typed_columns(t, paths) if step.typed else []
+        files = self.day_files(t, step.adds)  # before the transaction: a retried commit writes the same copies
         with t.transaction() as tx:
             if tx.table_metadata.name_mapping() is None:  # what add_files sets: Parquet without field ids
                 tx.set_properties(**{TableProperties.DEFAULT_NAME_MAPPING:
@@ -243,10 +260,30 @@ class Tables:
             with (snap.overwrite() if drop else snap.merge_append()) as producer:
                 for f in (drop or {}).values():
                     producer.delete_data_file(f)
-                for f in parquet_files_to_data_files(t.io, tx.table_metadata, iter(paths)):
+                for f in parquet_files_to_data_files(t.io, tx.table_metadata, iter(files)):
                     producer.append_data_file(f)
             # The snapshot's manifests are in Swift now, the catalog not yet switched to them.
             faults.at("table-written")
+
+    def day_files(self, t, names: tuple[str, ...] | list[str]) -> list[str]:
+        """The table's files for these objects (URLs): an object of one day itself, any other its
+        copies by day (days.py), written now (the same bytes again if a commit is retried)."""
+        import pyarrow.parquet as pq
+
+        out = []
+        table_dir = layout.join(self.root, t.name()[-1])
+        for name in names:
+            with t.io.new_input(self.url(name)).open() as f:
+                footer = pq.read_metadata(f)
+            if days.one_day(footer):
+                out.append(self.url(name))
+                continue
+            folder = days.copies_dir(table_dir, name)
+            for day, data in sorted(days.split(self.store.get(name)).items()):
+                copy = layout.join(folder, f"{day}.parquet")
+                self.store.put(copy, data)
+                out.append(self.url(copy))
+        return out
 
     # -- rebuilding and checking -------------------------------------------------------------
 
@@ -266,8 +303,12 @@ class Tables:
         if t is None:
             return Comparison(topic, problems=[f"{topic} has no table: run the iceberg_rebuild job"])
         marks = marks_of(t)
-        in_table = {p: (lo, hi, n) for p, (lo, hi, n, _) in table_files(t).items()}
-        out = Comparison(topic, table_records=sum(n for _, _, n in in_table.values()))
+        files = table_files(t)
+        in_table: dict[str, int] = {}  # records per archive object, its copies by day summed
+        for path, (_, _, n, _) in files.items():
+            source = self.source(topic, path)
+            in_table[source] = in_table.get(source, 0) + n
+        out = Comparison(topic, table_records=sum(in_table.values()))
         expected: dict[str, int] = {}
         for p in archived_partitions(self.store, prefix, topic):
             archive = PartitionArchive(self.store, prefix, topic, p)
@@ -285,10 +326,15 @@ class Tables:
         for path in sorted(set(expected) - set(in_table)):
             out.problems.append(f"{path} is in a manifest but not in the table")
         for path in sorted(set(expected) & set(in_table)):
-            if expected[path] != in_table[path][2]:
-                out.problems.append(f"{path}: {in_table[path][2]} records in the table, {expected[path]} in its manifest")
-        out.files = len(in_table)
+            if expected[path] != in_table[path]:
+                out.problems.append(f"{path}: {in_table[path]} records in the table, {expected[path]} in its manifest")
+        out.files = len(files)
         return out
+
+    def source(self, topic: str, path: str) -> str:
+        """The archive object (URL) a table file is: itself, or the object a copy by day was cut from."""
+        name = days.source_of(layout.join(self.root, topic), path.removeprefix(self.url("")))
+        return path if name is None else self.url(name)
 
 
 @dataclass

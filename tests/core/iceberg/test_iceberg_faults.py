@@ -27,6 +27,7 @@ from test_iceberg_expiry import batch
 
 from matos_dagster.core import faults
 from matos_dagster.core.archive.range_run import archive_range
+from matos_dagster.core.iceberg import days as iceberg_days
 from matos_dagster.core.iceberg import expiry
 from matos_dagster.core.iceberg.plan import summary
 from matos_dagster.core.iceberg.queries import marks_of, table_files
@@ -270,9 +271,12 @@ def name_of(store, path: str) -> str:
 
 @pytest.fixture
 def small_batches(monkeypatch):
-    """Expiry after a few commits, not hundreds: keep the newest snapshot, expire in batches of two."""
+    """Expiry after a few commits, not hundreds: keep the newest snapshot, expire in batches of two.
+    The tables are partitioned by Kafka partition alone: pyiceberg's own writes, which make these
+    snapshots, compute a day partition only with pyiceberg-core (the product adds files, never writes)."""
     monkeypatch.setattr(expiry, "KEEP_SNAPSHOTS", 1)
     monkeypatch.setattr(expiry, "EXPIRE_BATCH", 2)
+    monkeypatch.setattr(iceberg_days, "add_day_field", lambda spec: None)
 
 
 def three_snapshots(table) -> None:
