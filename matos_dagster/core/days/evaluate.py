@@ -34,7 +34,10 @@ from matos_dagster.core.swift import layout
 from matos_dagster.core.swift.archived import LOSS, RANGE, PartitionArchive
 from matos_dagster.core.swift.store import Store
 
-MAX_RANGES = 500  # per partition and evaluation: a long history is caught up over several
+# Ranges read by one evaluation, shared by the topic's partitions: a long history (the first
+# evaluation of an archive, a year of ranges) is caught up over several evaluations, each one sensor
+# tick well within Dagster's sensor timeout (60 s), the state written after each.
+MAX_READS = 1000
 
 
 @dataclass(frozen=True)
@@ -93,10 +96,10 @@ def evaluate(store: Store, prefix: str, topic: str, rules: Rules, log_ends: dict
     """Read the ranges archived since the last evaluation, advance, write the windows to
     (re)materialise and then the state; returns those windows, oldest first."""
     state = state_from_json(store.get_json(layout.event_time_state_name(prefix, topic)))
-    ranges = {}
+    ranges, share = {}, max(1, MAX_READS // max(1, len(log_ends)))
     for p in log_ends:
         t = state.partitions.get(p) or PartitionTime()
-        ranges[p] = _new_ranges(store, PartitionArchive(store, prefix, topic, p), t)
+        ranges[p] = _new_ranges(store, PartitionArchive(store, prefix, topic, p), t, share)
     state, updates = advance(state, ranges, log_ends, now_ms, rules)
     out = []
     for u in updates:
@@ -109,12 +112,12 @@ def evaluate(store: Store, prefix: str, topic: str, rules: Rules, log_ends: dict
     return out
 
 
-def _new_ranges(store: Store, archive: PartitionArchive, t: PartitionTime) -> list[ArchivedRange]:
-    """The partition's ranges from `t.next_offset` on, contiguous, with their hours; an acknowledged
-    loss is passed over (its offsets counted in `t.lost`: no record of it is in any window)."""
+def _new_ranges(store: Store, archive: PartitionArchive, t: PartitionTime, most: int) -> list[ArchivedRange]:
+    """The partition's ranges from `t.next_offset` on, contiguous, with their hours, `most` of them; an
+    acknowledged loss is passed over (its offsets counted in `t.lost`: no record of it is in any window)."""
     out, at = [], t.next_offset
     for e in archive.entries_from(at):
-        if e.start > at or len(out) >= MAX_RANGES:
+        if e.start > at or len(out) >= most:
             break  # a gap: what follows waits for it
         if e.kind == LOSS:
             out.append(ArchivedRange(at, e.end, "", {}, 0, lost=e.end - at))

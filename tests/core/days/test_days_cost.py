@@ -14,9 +14,9 @@ START = 1_735_689_600_000  # 2025-01-01, UTC
 RULES = Rules(length_ms=DAY, allowed_lateness_ms=0, idle_ms=10**12)
 
 
-def put_day(store, prefix: str, topic: str, day: int) -> None:
-    """Range [day, day + 1) of partition 0: one record, at noon of day `day` after START."""
-    r = OffsetRange(topic, 0, day, day + 1)
+def put_day(store, prefix: str, topic: str, day: int, partition: int = 0) -> None:
+    """Range [day, day + 1) of the partition: one record, at noon of day `day` after START."""
+    r = OffsetRange(topic, partition, day, day + 1)
     ts = START + day * DAY + DAY // 2
     store.put_json(layout.manifest_name(prefix, r), {"records": 1, "hours": {str(ts - ts % windows.HOUR_MS):
                                                                                 [1, 10, day, day, ts]}})
@@ -55,3 +55,31 @@ def test_an_evaluation_after_a_year_of_days_lists_and_reads_what_it_does_after_o
           f"state bytes: {state_bytes}")
     assert cost[1] == cost[365]
     assert state_bytes[365] < state_bytes[1] + 32  # only the days still open are kept (longer offsets only)
+
+
+def test_a_long_history_is_caught_up_over_several_evaluations_each_reading_a_bounded_share(swift, monkeypatch):
+    """The first evaluation of an archive with a long history must fit in one sensor tick: it reads at
+    most MAX_READS ranges (shared by the partitions), writes its state, and the next goes on."""
+    monkeypatch.setattr(evaluate, "MAX_READS", 14)  # 7 ranges a partition and evaluation
+    reads = []
+    real_get = Store.get_json
+    monkeypatch.setattr(Store, "get_json", lambda store, name, *a, **kw: (
+        reads.append(name), real_get(store, name, *a, **kw))[1])
+    with swift.store() as store:
+        store.check()
+        topic = f"days-{uuid.uuid4().hex[:8]}"
+        for d in range(30):
+            put_day(store, store.params.prefix, topic, d)
+            put_day(store, store.params.prefix, topic, d, partition=1)
+        completed, evaluations = [], 0
+        while True:
+            reads.clear()
+            done = evaluate.evaluate(store, store.params.prefix, topic, RULES, {0: 30, 1: 30}, START + 400 * DAY)
+            evaluations += 1
+            manifests = [n for n in reads if "/_event_time/" not in n]
+            assert len(manifests) <= 14
+            completed += [w.key for w in done]
+            if not manifests:
+                break
+    assert evaluations == 6  # 30 ranges a partition, 7 an evaluation: 5 reading, one finding nothing new
+    assert completed == [windows.key(START + d * DAY, DAY) for d in range(29)]  # each day once, in order
