@@ -76,3 +76,26 @@ def to_numpy(array: pa.Array) -> np.ndarray:
     if len(array) == 0:
         return np.zeros(0, dtype=dtype)
     return np.frombuffer(array.buffers()[1], dtype=dtype, count=len(array), offset=array.offset * dtype.itemsize)
+
+
+def _validity(valid: np.ndarray | None) -> pa.Buffer | None:
+    return None if valid is None else pa.py_buffer(np.packbits(valid, bitorder="little"))
+
+
+def indices(values: np.ndarray, valid: np.ndarray | None = None, type: pa.DataType = pa.int64()) -> pa.Array:
+    """Integers (int64, as `take` wants them, or int32) from numpy; where `valid` is False, null."""
+    data = np.ascontiguousarray(values, _NUMPY[type])
+    nulls = 0 if valid is None else len(data) - int(np.count_nonzero(valid))
+    return pa.Array.from_buffers(type, len(data), [_validity(valid) if nulls else None, pa.py_buffer(data)],
+                                 null_count=nulls)
+
+
+def booleans(values: np.ndarray) -> pa.Array:
+    """A numpy bool array as an Arrow one, none null."""
+    return pa.Array.from_buffers(pa.bool_(), len(values), [None, _validity(values)])
+
+
+def to_bools(array: pa.Array) -> np.ndarray:
+    """A boolean Arrow array without nulls as numpy bools (its bits unpacked)."""
+    bits = np.frombuffer(array.buffers()[1], np.uint8)
+    return np.unpackbits(bits, bitorder="little")[array.offset:array.offset + len(array)].astype(bool)

@@ -24,7 +24,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-PAD = 16  # zero bytes after the chunk's bytes: a varint or a double read at a record's end stays inside
+from matos_dagster.core.records import arrays as arrow_arrays
+from matos_dagster.core.schemas.avro_chunk import PAD, Chunk
+
 _INT32 = (-(2**31), 2**31 - 1)
 # What Python's datetime holds (fastavro makes a date, time or datetime of these logical types).
 _RANGES = {
@@ -40,65 +42,9 @@ class Unsupported(Exception):
     """A schema this reader leaves to the per-record path (avro.py `_plan_columns`)."""
 
 
-class Chunk:
-    """The records being read: the chunk's bytes (padded), each record's end, which went wrong."""
-
-    def __init__(self, data: np.ndarray, ends: np.ndarray):
-        self.data = data
-        self.buffer = pa.py_buffer(data)
-        self.ends = ends
-        self.bad = np.zeros(len(ends), bool)
-        self._rows, self._ends = None, None  # the last `ends_of` (a record's fields share their rows)
-        self._evens: dict[int, pa.Array] = {}
-
-    def ends_of(self, rows: np.ndarray) -> np.ndarray:
-        if rows is not self._rows:
-            self._rows, self._ends = rows, self.ends[rows]
-        return self._ends
-
-    def evens(self, m: int) -> pa.Array:
-        """0, 2, ..., 2m - 2: the values of a laid array (Binary.gather)."""
-        if m not in self._evens:
-            self._evens[m] = pa.array(np.arange(0, 2 * m, 2))
-        return self._evens[m]
-
-    def fail(self, rows: np.ndarray, mask: np.ndarray) -> None:
-        if mask.any():
-            self.bad[rows[mask]] = True
-
-    def bound(self, rows: np.ndarray, pos: np.ndarray) -> np.ndarray:
-        """Positions past their record's end fail it, and stay at the end (inside the bytes)."""
-        ends = self.ends_of(rows)
-        over = pos > ends
-        if over.any():
-            self.bad[rows[over]] = True
-            pos = np.minimum(pos, ends)
-        return pos
-
-    def varint(self, rows: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Avro longs (zigzag varints) at `pos`, and the positions after them: a byte at a time,
-        each round only for the varints not ended yet."""
-        b = self.data[pos]
-        if b.max(initial=0) < 0x80:  # every one a byte long: the common case of lengths and small numbers
-            v = b.astype(np.int64)
-            return (v >> 1) ^ -(v & 1), self.bound(rows, pos + 1)
-        u = (b & 0x7F).astype(np.uint64)
-        length = np.ones(len(pos), np.int64)
-        going = np.flatnonzero(b & 0x80)
-        k = 1
-        while len(going):
-            if k == 9:  # past 63 bits: fastavro's to read
-                self.fail(rows, np.isin(np.arange(len(pos)), going))
-                break
-            b = self.data[pos[going] + k]
-            u[going] |= (b & 0x7F).astype(np.uint64) << np.uint64(7 * k)
-            length[going] += 1
-            going = going[(b & 0x80) != 0]
-            k += 1
-        v = (u >> np.uint64(1)).astype(np.int64) ^ -(u & np.uint64(1)).astype(np.int64)
-        return v, self.bound(rows, pos + length)
-
-
+# Arrays from numpy by their buffers, never `pa.array`: its first conversion imports pandas
+# (records/arrays.py), which cost a Spark worker's first typed task about 0.3 s of CPU and 30 MiB
+# or more of memory (the task's peak over object_bytes counts it).
 def _numbers(values: np.ndarray, arrow_type: pa.DataType) -> pa.Array:
     return pa.Array.from_buffers(arrow_type, len(values), [None, pa.py_buffer(np.ascontiguousarray(values))])
 
@@ -115,10 +61,10 @@ def _place(sub: pa.Array, sel: np.ndarray, n: int) -> pa.Array:
     valid = np.zeros(n, bool)
     valid[sel] = True
     if pa.types.is_struct(sub.type):
-        taken = sub.take(pa.array(ix))
+        taken = sub.take(arrow_arrays.indices(ix))
         return pa.StructArray.from_arrays([taken.field(i) for i in range(sub.type.num_fields)],
-                                          fields=list(sub.type), mask=pa.array(~valid))
-    return sub.take(pa.array(ix, mask=~valid))
+                                          fields=list(sub.type), mask=arrow_arrays.booleans(~valid))
+    return sub.take(arrow_arrays.indices(ix, valid))
 
 
 class Node:
@@ -140,7 +86,7 @@ class Boolean(Node):
     type = pa.bool_()
 
     def read(self, chunk, rows, pos):
-        return pa.array(chunk.data[pos] != 0), chunk.bound(rows, pos + 1)  # fastavro: any byte but 0 is true
+        return arrow_arrays.booleans(chunk.data[pos] != 0), chunk.bound(rows, pos + 1)  # fastavro: any byte but 0 is true
 
 
 class Integer(Node):
@@ -189,7 +135,7 @@ class Binary(Node):
         """The values at those spans of the chunk's bytes, as one array (one copy, by `take`)."""
         m = len(start)
         if m == 0:
-            return pa.array([], self.type)
+            return pa.nulls(0, self.type)  # not pa.array([]): it imports pandas
         # Every value and the gap after it, in one array laid over the chunk's bytes: the values are
         # its even elements.
         bounds = np.empty(2 * m, np.int32)  # a chunk is a few MiB: int32 offsets
@@ -200,6 +146,12 @@ class Binary(Node):
 
     @staticmethod
     def _text(out: pa.Array, chunk: Chunk, rows: np.ndarray) -> pa.Array:
+        # ASCII is UTF-8: numpy finds no byte of 0x80 or more far faster than Arrow's cast validates
+        # (the cast was a fifth of reading the bench's events); the bytes are then viewed as strings
+        # as the cast would give them.
+        offsets, data = out.buffers()[1:3]
+        if data is None or not _has_high_bit(data, np.frombuffer(offsets, np.int32)[[out.offset, out.offset + len(out)]]):
+            return out.view(pa.string())
         try:
             return out.cast(pa.string())
         except pa.ArrowInvalid:  # not UTF-8: those records are fastavro's to judge
@@ -213,17 +165,23 @@ class Binary(Node):
             return pa.array(values, pa.binary()).cast(pa.string())
 
 
+def _has_high_bit(data: pa.Buffer, span: np.ndarray) -> bool:
+    """Whether bytes span[0]..span[1] of `data` hold one of 0x80 or more (are not all ASCII)."""
+    start, end = int(span[0]), int(span[1])
+    return end > start and int(np.frombuffer(data, np.uint8, count=end)[start:].max()) >= 0x80
+
+
 class Enum(Node):
     type = pa.string()
 
     def __init__(self, symbols: list[str]):
-        self.symbols = pa.array(symbols, pa.string())
+        self.symbols = arrow_arrays.strings(symbols)
 
     def read(self, chunk, rows, pos):
         i, pos = chunk.varint(rows, pos)
         wrong = (i < 0) | (i >= len(self.symbols))
         chunk.fail(rows, wrong)
-        return self.symbols.take(pa.array(np.where(wrong, 0, i))), pos
+        return self.symbols.take(arrow_arrays.indices(np.where(wrong, 0, i))), pos
 
 
 class Fixed(Node):
@@ -276,7 +234,7 @@ class Union(Node):
             members.append(_place(sub, sel, m))
         if self.single:
             return members[0], pos
-        return pa.StructArray.from_arrays(members, fields=list(self.type), mask=pa.array(null)), pos
+        return pa.StructArray.from_arrays(members, fields=list(self.type), mask=arrow_arrays.booleans(null)), pos
 
 
 class Items(Node):
@@ -316,7 +274,7 @@ class Items(Node):
             order[np.concatenate([offsets[p[0]] + p[1] for p in parts])] = np.arange(offsets[-1])
         owners = rows[np.repeat(np.arange(m), seen)]
         values = self._ordered(self.item, chunk, [p[3] for p in parts], order, owners)
-        offsets = pa.array(offsets.astype(np.int32))
+        offsets = arrow_arrays.indices(offsets, type=pa.int32())
         if self.key is None:
             return pa.ListArray.from_arrays(offsets, values, type=self.type), pos
         keys = self._ordered(self.key, chunk, [p[2] for p in parts], order, owners)
@@ -333,11 +291,11 @@ class Items(Node):
     @staticmethod
     def _ordered(node: Node, chunk: Chunk, rounds: list, order: np.ndarray, owners: np.ndarray) -> pa.Array:
         if not rounds:
-            return pa.array([], node.type)
+            return pa.nulls(0, node.type)
         if isinstance(node, Binary):
             start, n = (np.concatenate([r[i] for r in rounds])[order] for i in (0, 1))
             return node.gather(chunk, owners, start, n)
-        return pa.concat_arrays(rounds).take(pa.array(order))
+        return pa.concat_arrays(rounds).take(arrow_arrays.indices(order))
 
 
 def _unique_keys(chunk: Chunk, owners: np.ndarray, seen: np.ndarray, keys: pa.Array) -> None:
@@ -348,20 +306,20 @@ def _unique_keys(chunk: Chunk, owners: np.ndarray, seen: np.ndarray, keys: pa.Ar
         return
     if most > 8:
         rows = np.repeat(np.arange(len(seen)), seen)
-        counts = pa.table({"r": rows, "k": keys}).group_by(["r", "k"]).aggregate([([], "count_all")])
-        twice = pc.filter(counts["r"], pc.greater(counts["count_all"], 1)).to_numpy()
+        counts = pa.table({"r": arrow_arrays.indices(rows), "k": keys}).group_by(["r", "k"]).aggregate([([], "count_all")])
+        twice = arrow_arrays.to_numpy(pc.filter(counts["r"], pc.greater(counts["count_all"], 1)).combine_chunks())
         chunk.bad[owners[np.searchsorted(rows, twice)]] = True
         return
     starts = np.concatenate([[0], np.cumsum(seen)[:-1]])
-    lengths = pc.binary_length(keys).to_numpy(zero_copy_only=False)
+    lengths = arrow_arrays.to_numpy(pc.binary_length(keys))
     for b in range(1, most):
         has = np.flatnonzero(seen > b)
         for a in range(b):
             i, j = starts[has] + a, starts[has] + b
             maybe = lengths[i] == lengths[j]
             if maybe.any():
-                same = pc.equal(keys.take(pa.array(i[maybe])), keys.take(pa.array(j[maybe])))
-                chunk.bad[owners[j[maybe][same.to_numpy(zero_copy_only=False)]]] = True
+                same = pc.equal(keys.take(arrow_arrays.indices(i[maybe])), keys.take(arrow_arrays.indices(j[maybe])))
+                chunk.bad[owners[j[maybe][arrow_arrays.to_bools(same)]]] = True
 
 
 def schema_ids(values: pa.Array) -> np.ndarray:
@@ -377,7 +335,7 @@ def schema_ids(values: pa.Array) -> np.ndarray:
     starts = offsets[:-1]
     framed = np.diff(offsets) >= 5
     if values.null_count:
-        framed &= ~values.is_null().to_numpy(zero_copy_only=False)
+        framed &= ~arrow_arrays.to_bools(values.is_null())
     at = starts[framed]
     header = data[at[:, None] + np.arange(5)].astype(np.int64)
     sid = (header[:, 1] << 24) | (header[:, 2] << 16) | (header[:, 3] << 8) | header[:, 4]
@@ -390,9 +348,11 @@ def read(root: Node, values: pa.Array, rows: np.ndarray, skip: int) -> tuple[pa.
     their array, and which were read exactly (the others: fastavro's, see the module's doc)."""
     offsets = np.frombuffer(values.buffers()[1], np.int32)[values.offset:values.offset + len(values) + 1]
     body = values.buffers()[2]
-    data = np.zeros(offsets[-1] + PAD, np.uint8)
-    if body is not None and offsets[-1]:
-        data[:offsets[-1]] = np.frombuffer(body, np.uint8, count=offsets[-1])
+    size = int(offsets[-1])
+    data = np.empty(size + PAD, np.uint8)  # zeroed only where nothing is copied
+    data[size:] = 0
+    if body is not None and size:
+        data[:size] = np.frombuffer(body, np.uint8, count=size)
     ends = offsets[rows + 1].astype(np.int64)
     chunk = Chunk(data, ends)
     out, pos = root.read(chunk, np.arange(len(rows)), offsets[rows].astype(np.int64) + skip)

@@ -27,8 +27,9 @@ the bench's events); every other record (another writer, a bad or unusual one, a
 reader leaves alone) is read by fastavro, one Python value per record, and `pa.array` makes
 the column: the same data, errors and counts either way (tests/core/schemas/
 test_schema_avro_columns.py). pyarrow imports pandas (if installed) on its first conversion
-from Python objects, so pandas is imported on the first decode, never at import. Side is a
-frozen dataclass: it pickles to Spark workers.
+from Python objects: the per-record path imports it on its first decode, never at import; the
+column path builds its arrays from buffers and never imports it. Side is a frozen dataclass: it
+pickles to Spark workers.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from matos_dagster.core.records import arrays as arrow_arrays
 from matos_dagster.core.schemas import avro, avro_columns, json_schema, protobuf, wire
 from matos_dagster.core.schemas.errors import (
     SchemaError,
@@ -167,7 +169,7 @@ def _avro_columns(values: pa.Array | pa.ChunkedArray, side: Side, source: Source
     if side.strict and failed:
         first = next(i for i, e in enumerate(errors) if e is not None)
         raise UndecodableRecord(first, errors[first], None if offsets is None else int(offsets[first]))
-    return Decoded(data, pa.array(ids, pa.int32(), mask=ids < 0),
+    return Decoded(data, arrow_arrays.indices(ids, ids >= 0, pa.int32()),
                    pa.array(errors, pa.string()) if errors else pa.nulls(n, pa.string()), reader_id,
                    decoded=n - arr.null_count - failed, failed=failed, nulls=arr.null_count)
 

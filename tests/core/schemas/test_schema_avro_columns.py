@@ -177,3 +177,44 @@ def test_a_chunk_of_the_bench_events_reads_in_one_pass():
     fast, slow = both(values, FakeSource({3: avro_schema(3, EVENT)}))
     same(fast, slow)
     assert fast.decoded == 300 and json.loads(json.dumps(fast.data[5].as_py()["tags"])) == events.event(5)["tags"]
+
+
+NO_PANDAS = """
+import json, sys
+from matos_dagster.core.records import arrays
+from matos_dagster.core.records.objects import ObjectWriter
+from matos_dagster.core.records.schema import SCHEMA
+from matos_dagster.core.schemas.decode import Side
+from matos_dagster.core.schemas.sources import AVRO, Schema
+from matos_dagster.core.schemas.typed import ObjectTypes, Typing
+from matos_dev.bench.typed_workload import SCHEMA as EVENT, Events
+import pyarrow as pa
+
+class Source:
+    framed = True
+    def get(self, schema_id, schema_type):
+        return Schema(schema_id, AVRO, json.dumps(EVENT))
+
+events, n = Events(), 500
+values = arrays.binaries([events.avro(i, 3) for i in range(n)])
+chunk = pa.RecordBatch.from_arrays([arrays.strings(["t"] * n), arrays.numbers([0] * n, pa.int32()),
+                                    arrays.numbers(range(n), pa.int64()), arrays.numbers(range(n), pa.int64()).cast(SCHEMA.field("timestamp").type),
+                                    arrays.strings(["CreateTime"] * n), arrays.binaries([b"k"] * n), values,
+                                    pa.nulls(n, SCHEMA.field("headers").type)], schema=SCHEMA)
+types = ObjectTypes(Typing(value=Side("avro"), value_source=Source()), "t", 0)
+(typed,) = types.add(chunk)
+writer = ObjectWriter("parquet", typed.schema)
+writer.write(typed)
+writer.finish()
+assert types.stats()["value"]["decoded"] == n, types.stats()
+assert "pandas" not in sys.modules, "the typed path imported pandas"
+"""
+
+
+def test_a_typed_avro_object_is_written_without_importing_pandas():
+    """pyarrow's first conversion of Python or numpy values (`pa.array`) imports pandas: a Spark
+    worker's first typed task paid about 0.3 s of CPU and 30 MiB or more of memory for it."""
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-c", NO_PANDAS], check=True, timeout=120)
