@@ -10,7 +10,7 @@ export DAGSTER_HOME := $(MATOS_DEVSTACK_DIR)/dagster
 DAGSTER_PORT ?= 3000
 PYTEST_TIMEOUT ?= 1200
 
-.PHONY: install run run-postgres up down status demo test test-all test-python-reader docs bench bench-peer bench-history bench-compaction bench-ui clean
+.PHONY: install run run-postgres up down status demo test test-all test-python-reader docs bench bench-peer bench-history bench-compaction bench-days bench-ui clean
 
 install: $(STAMP) $(NATIVE)
 
@@ -109,6 +109,8 @@ bench: install
 	$(BIN)/python -m matos_dev.bench --history $(HISTORY_ARGS)
 	cp .bench/history.md $(BENCH_DOCS)/history.md
 	$(BIN)/python -m matos_dev.bench.compaction
+	$(BIN)/python -m matos_dev.bench.days $(DAYS_ARGS)
+	cp .bench/days.md $(BENCH_DOCS)/days.md
 	$(BIN)/python -m matos_dev.bench.ui $(UI_ARGS)
 	$(BIN)/python -m matos_dev.bench --peer --peer-faults $(PEER_ARGS)
 
@@ -130,6 +132,13 @@ clean: down
 # A day of small ranges compacted: objects, bytes, and one hour's read before and after.
 bench-compaction: install
 	$(BIN)/python -m matos_dev.bench.compaction
+
+# Deciding which days are complete after a year of days (100 partitions x 365 ranges) against
+# one day; DAYS_ARGS="--repeat 5" for more rounds (about 20 minutes on 2 cores, most of it writing
+# the year's manifests and its first evaluation).
+bench-days: install
+	$(BIN)/python -m matos_dev.bench.days $(DAYS_ARGS)
+	cp .bench/days.md $(BENCH_DOCS)/days.md
 
 # The asset's Overview and Partitions pages in dagster-webserver after a simulated year with
 # retention (4 x MATOS_KEEP_KEYS keys), then at 100,000 keys (bench/ui.py; about 10 minutes).
