@@ -75,6 +75,11 @@ class Part:
         return [r for name, r in self.ranges.items() if not name.startswith(LOST)]
 
     @property
+    def names(self) -> list[str]:
+        """The ranges (Swift folders) that hold the window's records, in order."""
+        return sorted(name for name in self.ranges if not name.startswith(LOST))
+
+    @property
     def records(self) -> int:
         return sum(r[0] for r in self._held())
 

@@ -20,7 +20,6 @@ import pyarrow.compute as pc
 from matos_dagster.core.days import buckets as hours
 from matos_dagster.core.days import windows
 from matos_dagster.core.days.completeness import (
-    LOST,
     ArchivedRange,
     Part,
     PartitionTime,
@@ -87,7 +86,7 @@ def summary(doc: dict) -> dict[int, dict]:
         part = Part(dict(ranges))
         out[int(p)] = {"records": part.records, "bytes": part.bytes, "first_offset": part.first_offset,
                        "last_offset": part.last_offset, "late": part.late,
-                       "ranges": sorted(n for n in ranges if not n.startswith(LOST)), "lost": part.losses}
+                       "ranges": part.names, "lost": part.losses}
     return out
 
 

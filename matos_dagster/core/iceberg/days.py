@@ -40,6 +40,12 @@ def add_day_field(update) -> None:
     update.add_field("timestamp", DayTransform(), FIELD)
 
 
+def footer(file_io, path: str) -> pq.FileMetaData:
+    """A Parquet file's footer (its statistics and schema), read through the table's FileIO."""
+    with file_io.new_input(path).open() as f:
+        return pq.read_metadata(f)
+
+
 def one_day(footer: pq.FileMetaData) -> bool:
     """Whether the object's records are all stamped, on one day (UTC), by its Parquet statistics."""
     col = footer.schema.names.index("timestamp")

@@ -242,9 +242,9 @@ class Tables:
             present = table_files(t, step.partition, *step.replace)
             names = iceberg_plan.covering(((p, lo, hi) for p, (lo, hi, _, _) in present.items()), *step.replace)
             drop = {p: present[p][3] for p in names}
-        paths = [self.url(n) for n in step.adds]
-        typed = typed_columns(t, paths) if step.typed else []
-        files = self.day_files(t, step.adds)  # before the transaction: a retried commit writes the same copies
+        footers = {self.url(n): days.footer(t.io, self.url(n)) for n in step.adds}  # each read once, for both uses
+        typed = typed_columns(t, footers) if step.typed else []
+        files = self.day_files(t, footers)  # before the transaction: a retried commit writes the same copies
         with t.transaction() as tx:
             if tx.table_metadata.name_mapping() is None:  # what add_files sets: Parquet without field ids
                 tx.set_properties(**{TableProperties.DEFAULT_NAME_MAPPING:
@@ -265,19 +265,16 @@ class Tables:
             # The snapshot's manifests are in Swift now, the catalog not yet switched to them.
             faults.at("table-written")
 
-    def day_files(self, t, names: tuple[str, ...] | list[str]) -> list[str]:
-        """The table's files for these objects (URLs): an object of one day itself, any other its
-        copies by day (days.py), written now (the same bytes again if a commit is retried)."""
-        import pyarrow.parquet as pq
-
+    def day_files(self, t, footers: dict) -> list[str]:
+        """The table's files for these objects ({URL: Parquet footer}): an object of one day itself, any
+        other its copies by day (days.py), written now (the same bytes again if a commit is retried)."""
         out = []
         table_dir = layout.join(self.root, t.name()[-1])
-        for name in names:
-            with t.io.new_input(self.url(name)).open() as f:
-                footer = pq.read_metadata(f)
+        for url, footer in footers.items():
             if days.one_day(footer):
-                out.append(self.url(name))
+                out.append(url)
                 continue
+            name = url.removeprefix(self.url(""))
             folder = days.copies_dir(table_dir, name)
             for day, data in sorted(days.split(self.store.get(name)).items()):
                 copy = layout.join(folder, f"{day}.parquet")
@@ -351,15 +348,12 @@ class Comparison:
         return not self.problems and self.table_records == self.manifest_records
 
 
-def typed_columns(t, paths: list[str]) -> list[pa.Field]:
-    """The typed columns of these Parquet files (read from their footers), each in one type across
-    them (records/unify.py) and optional, as an added Iceberg column must be; [] for untyped files."""
-    import pyarrow.parquet as pq
-
+def typed_columns(t, footers: dict) -> list[pa.Field]:
+    """The typed columns of these Parquet files ({path: footer}), each in one type across them
+    (records/unify.py) and optional, as an added Iceberg column must be; [] for untyped files."""
     schemas = []
-    for path in paths:
-        with t.io.new_input(path).open() as f:
-            schema = pq.read_schema(f)
+    for path, footer in footers.items():
+        schema = footer.schema.to_arrow_schema()
         nulls = [c.name for c in unify.typed_fields(schema) if _has_null(c.type)]
         if nulls:
             raise TableError(f"{path} has typed column(s) {', '.join(nulls)} of Arrow's null type (no record of "
