@@ -139,7 +139,7 @@ _BATCH_KEYS = {"records": "batch_records", "bytes": "batch_bytes", "age_s": "bat
                "max_range_records": "max_range_records"}
 
 
-def load(path: str | Path, default_group: str | None = None, registry_url: str | None = None) -> list[TopicConfig]:
+def load(path: str | Path, default_group: str | None = None, registry_url: str | None = None) -> "TopicSet":
     path = Path(path)
     try:
         text = path.read_text()
@@ -158,13 +158,16 @@ def load(path: str | Path, default_group: str | None = None, registry_url: str |
 
 
 def parse(doc: Any, default_group: str | None = None, registry_url: str | None = None,
-          base: Path | None = None) -> list[TopicConfig]:
-    """The topics of a topics file's document. `registry_url`: MATOS_SCHEMA_REGISTRY_URL's value
-    (None: read it); `base`: where relative schema files are (the topics file's folder; None: here)."""
+          base: Path | None = None) -> "TopicSet":
+    """The topics and patterns of a topics file's document. `registry_url`: MATOS_SCHEMA_REGISTRY_URL's
+    value (None: read it); `base`: where relative schema files are (the topics file's folder; None: here)."""
+    from matos_dagster.core.topic_set import TopicPattern, TopicSet
+
     if registry_url is None:
         registry_url = settings.get("MATOS_SCHEMA_REGISTRY_URL")
     if not isinstance(doc, dict) or not isinstance(doc.get("topics"), list) or not doc["topics"]:
-        raise TopicsFileError("expected a mapping with a non-empty list `topics:` of {name: ...} entries")
+        raise TopicsFileError("expected a mapping with a non-empty list `topics:` of {name: ...} or "
+                              "{pattern: ...} entries")
     unknown = set(doc) - {"defaults", "topics"}
     if unknown:
         raise TopicsFileError(f"unknown top-level keys {sorted(unknown)}; allowed: defaults, topics")
@@ -173,14 +176,18 @@ def parse(doc: Any, default_group: str | None = None, registry_url: str | None =
         defaults.setdefault("group", default_group)
     defaults.pop("name", None)
     out: list[TopicConfig] = []
+    patterns: list[TopicPattern] = []
     seen: dict[str, str] = {}
     for i, entry in enumerate(doc["topics"]):
         where = f"topics[{i}]"
         if isinstance(entry, str):
             entry = {"name": entry}
+        if isinstance(entry, dict) and "pattern" in entry:
+            patterns.append(_pattern(entry, defaults, where, registry_url, base))
+            continue
         values = {**defaults, **_flatten(entry, where)}
         if "name" not in values:
-            raise TopicsFileError(f"{where}: every topic needs a `name`")
+            raise TopicsFileError(f"{where}: every entry needs a `name` (a topic) or a `pattern` (topics by regex)")
         topic = _build(values, f"{where} ({values['name']})", registry_url, base)
         if topic.asset_name in seen:
             raise TopicsFileError(
@@ -189,7 +196,43 @@ def parse(doc: Any, default_group: str | None = None, registry_url: str | None =
             )
         seen[topic.asset_name] = topic.name
         out.append(topic)
-    return out
+    return TopicSet(out, patterns)
+
+
+# A name to check a pattern entry's settings with before any topic matches it.
+_PROBE = "pattern-probe"
+
+
+def _pattern(entry: dict, defaults: dict[str, Any], where: str, registry_url: str, base: Path | None):
+    """A `pattern:` entry: its regex and excludes checked, its settings checked once with a probe name."""
+    from matos_dagster.core.topic_set import TopicPattern
+
+    entry = dict(entry)
+    pattern, exclude = entry.pop("pattern"), entry.pop("exclude", [])
+    if "name" in entry:
+        raise TopicsFileError(f"{where}: an entry has a `name` or a `pattern`, not both")
+    exclude = [exclude] if isinstance(exclude, str) else exclude
+    if not isinstance(exclude, list):
+        raise TopicsFileError(f"{where}: exclude must be a regex or a list of them, got {exclude!r}")
+    for what, regex in [("pattern", pattern)] + [("exclude", x) for x in exclude]:
+        if not isinstance(regex, str) or not regex:
+            raise TopicsFileError(f"{where}: {what} must be a non-empty regex string, got {regex!r}")
+        try:
+            re.compile(regex)
+        except re.error as e:
+            raise TopicsFileError(f"{where}: {what} {regex!r} is not a valid regex: {e}") from None
+    values = {**defaults, **_flatten(entry, where)}
+    label = f"{where} (pattern {pattern!r})"
+    _build({**values, "name": _PROBE}, label, registry_url, base)
+    made: dict[str, TopicConfig] = {}
+
+    def make(name: str) -> TopicConfig:
+        # Once per topic: the settings were checked above, schema files are read once a topic.
+        if name not in made:
+            made[name] = _build({**values, "name": name}, f"{label} for {name!r}", registry_url, base)
+        return made[name]
+
+    return TopicPattern(pattern, tuple(exclude), make)
 
 
 def _flatten(entry: Any, where: str) -> dict[str, Any]:

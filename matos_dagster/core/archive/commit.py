@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from matos_dagster.core.kafka import many
 from matos_dagster.core.kafka.client import KafkaClient
 from matos_dagster.core.offsets import spans
 from matos_dagster.core.swift.archived import Entry, PartitionArchive
@@ -41,6 +42,36 @@ def advance(kafka: KafkaClient, store: Store, prefix: str, topic: TopicConfig, p
             return None
         kafka.commit(topic.name, {partition: target}, topic.group)
     return kafka.committed(topic.name, [partition], topic.group)[partition]
+
+
+def advance_many(kafka: KafkaClient, store: Store,
+                 parts: list[tuple[str, TopicConfig, int, int]]) -> dict[tuple[str, int], int | None]:
+    """`advance` for many partitions (`(prefix, topic, partition, log start)` each) at once: per
+    group one read of the committed offsets, one commit of every partition that moves and one
+    read-back, instead of three requests a partition. Each partition's prefix is read from Swift
+    as `advance` reads it; the same re-commit if a read-back is behind. The committed offsets after."""
+    out: dict[tuple[str, int], int | None] = {}
+    for group in sorted({t.group for _, t, _, _ in parts}):
+        mine = [(prefix, t, p, low) for prefix, t, p, low in parts if t.group == group]
+        tps = [(t.name, p) for _, t, p, _ in mine]
+        ends: dict[tuple[str, int], int] = {}
+        for _ in range(5):
+            committed = many.committed(kafka, group, tps)
+            moves = {}
+            for prefix, t, p, low in mine:
+                tp = (t.name, p)
+                base = committed[tp] if committed[tp] is not None else low
+                if tp not in ends or ends[tp] < base:  # Swift is read once a partition, unless moved past
+                    ends[tp] = prefix_end(PartitionArchive(store, prefix, t.name, p), base)
+                if ends[tp] > base:
+                    moves[tp] = ends[tp]
+            if not moves:
+                break
+            many.commit(kafka, group, moves)
+        else:
+            committed = many.committed(kafka, group, tps)
+        out.update(committed)
+    return out
 
 
 def prefix_end(archive: PartitionArchive, base: int) -> int:

@@ -125,6 +125,48 @@ def _archive(r: OffsetRange, topic: TopicConfig, kafka: KafkaClient, store: Stor
     """Steps 1-4 of `archive_range`: the range archived and the group's offset committed, or found
     archived and only verified. Its `duration_s` is left to `archive_range`, which times the table
     step too."""
+    if checked is None:
+        kafka.check_partition(r.topic, r.partition)
+    marks = kafka.watermarks(r.topic, [r.partition])[r.partition]
+    if checked is None:
+        checked = Checked(kafka.committed(r.topic, [r.partition], topic.group)[r.partition])
+    planned = plan(r, topic, kafka, store, marks, checked.committed, prefix, typing, say)
+    if isinstance(planned, Archived):
+        return planned
+    say(f"{r}: archiving in {len(planned.jobs)} Spark task(s) of up to {topic.slice_records} offsets")
+    session = spark() if callable(spark) else spark
+    # The Spark job is the run's long wait: the driver's kept Kafka clients are closed for it (an
+    # idle one whose broker went away, say in a rolling restart, retries its connection every 12
+    # ms, a log line each), and the questions after it make new ones.
+    kafka.release_clients()
+    objects = _run_slices(session, planned.jobs, r)
+    done = write_manifest(planned, objects, store, say)
+    done.committed_after = advance(kafka, store, prefix, topic, r.partition, planned.low)
+    faults.at("after-commit")
+    return done
+
+
+@dataclass
+class Planned:
+    """A range that needs its records written: its slices' tasks, and what the run knew of it."""
+
+    range: OffsetRange
+    topic: TopicConfig
+    prefix: str
+    jobs: list[SliceJob]
+    committed_before: int | None
+    low: int  # the partition's log start and end offsets when the range was planned
+    high: int
+    typing: typed_columns.Typing | None
+
+
+def plan(r: OffsetRange, topic: TopicConfig, kafka: KafkaClient, store: Store, marks: tuple[int, int],
+         committed: int | None, prefix: str, typing: typed_columns.Typing | None,
+         say: Callable[[str], None] = log.info) -> Planned | Archived:
+    """Check `r` against its partition's `marks` (log start, end), the group's `committed` offset and
+    the archive: its Spark tasks, or (Archived) the range found archived and only verified.
+
+    Raises RangeRefused (the range cannot be archived as asked) or DataLoss; nothing is written."""
     if r.topic != topic.name:
         raise RangeRefused(f"range {r} is not of topic {topic.name!r}")
     longest = max(len(layout.object_name(layout.range_dir(prefix, r), r.start, topic.format).encode()),
@@ -134,9 +176,7 @@ def _archive(r: OffsetRange, topic: TopicConfig, kafka: KafkaClient, store: Stor
             f"the object names of {r} would be {longest} bytes long, above Swift's limit of {SWIFT_MAX_NAME} "
             "(max_object_name_length): shorten MATOS_SWIFT_PREFIX or the topic's prefix"
         )
-    if checked is None:
-        kafka.check_partition(r.topic, r.partition)
-    low, high = kafka.watermarks(r.topic, [r.partition])[r.partition]
+    low, high = marks
     if r.end > high:
         raise RangeRefused(
             f"range {r} ends past the log end offset {high} of {r.topic}/{r.partition}: "
@@ -144,14 +184,10 @@ def _archive(r: OffsetRange, topic: TopicConfig, kafka: KafkaClient, store: Stor
         )
     name = layout.manifest_name(prefix, r)
     existing = store.get_json(name)
-    if checked is None:
-        committed_before = kafka.committed(r.topic, [r.partition], topic.group)[r.partition]
-    else:
-        committed_before = checked.committed
 
     # Before the loss check: a range over an acknowledged loss is refused for that, not re-reported.
     _refuse_overlaps(PartitionArchive(store, prefix, r.topic, r.partition), r)
-    if archived_and_committed(existing, r, topic, committed_before):
+    if archived_and_committed(existing, r, topic, committed):
         # Typically a run that waited for another run of its partition, which archived this
         # very range: the archive is checked, not rewritten. An object found missing or
         # different is rewritten below, if Kafka still has its records.
@@ -160,9 +196,9 @@ def _archive(r: OffsetRange, topic: TopicConfig, kafka: KafkaClient, store: Stor
         except manifest.ManifestError as e:
             say(f"{r}: archived already, but {e}; archiving it again")
         else:
-            say(f"{r}: already archived (manifest there, offset committed at {committed_before}); "
+            say(f"{r}: already archived (manifest there, offset committed at {committed}); "
                 f"its {len(existing['objects'])} object(s) were verified against the manifest, nothing rewritten")
-            return Archived(r, name, existing, True, committed_before, committed_before, 0.0,
+            return Archived(r, name, existing, True, committed, committed, 0.0,
                             already_archived=True, log_end=high)
     if r.start < low:
         if existing is None:
@@ -170,9 +206,8 @@ def _archive(r: OffsetRange, topic: TopicConfig, kafka: KafkaClient, store: Stor
         verify(store, existing)
         say(f"{r}: records expired from Kafka; the archived range was verified against its manifest")
         after = advance(kafka, store, prefix, topic, r.partition, low)
-        return Archived(r, name, existing, True, committed_before, after, 0.0, already_archived=True, log_end=high)
+        return Archived(r, name, existing, True, committed, after, 0.0, already_archived=True, log_end=high)
 
-    slices = r.slices(topic.slice_records)
     jobs = [
         SliceJob(
             slice=s,
@@ -185,34 +220,34 @@ def _archive(r: OffsetRange, topic: TopicConfig, kafka: KafkaClient, store: Stor
             max_record_bytes=topic.max_record_bytes,
             typing=typing,
         )
-        for s in slices
+        for s in r.slices(topic.slice_records)
     ]
-    say(f"{r}: archiving in {len(jobs)} Spark task(s) of up to {topic.slice_records} offsets")
-    session = spark() if callable(spark) else spark
-    # The Spark job is the run's long wait: the driver's kept Kafka clients are closed for it (an
-    # idle one whose broker went away, say in a rolling restart, retries its connection every 12
-    # ms, a log line each), and the questions after it make new ones.
-    kafka.release_clients()
-    objects = _run_slices(session, jobs, r)
+    return Planned(r, topic, prefix, jobs, committed, low, high, typing)
+
+
+def write_manifest(p: Planned, objects: list[dict], store: Store, say: Callable[[str], None] = log.info) -> Archived:
+    """Step 3 for a planned range whose tasks wrote `objects`: its schemas, then its manifest, then
+    the removal of what an earlier attempt left. The range is archived; nothing is committed here."""
+    r = p.range
     reader = ", ".join(sorted({o.pop("reader") for o in objects if "reader" in o}))
     if reader:
         say(f"{r}: records read by the {reader} slice reader (MATOS_NATIVE_READER=false turns the native one off)")
     faults.at("after-objects")
 
     formats = None
-    if typing is not None:
-        formats = {side: s.format for side, s, _ in typing.sides}
+    if p.typing is not None:
+        formats = {side: s.format for side, s, _ in p.typing.sides}
         ids = {side: {i for o in objects for i in o["typed"][side]["schema_ids"]} for side in formats}
-        archived = typed_columns.archive_schemas(store, prefix, r.topic, typing, ids)
+        archived = typed_columns.archive_schemas(store, p.prefix, r.topic, p.typing, ids)
         if archived:
             say(f"{r}: schemas {', '.join(map(str, archived))} archived beside the records (_schemas/)")
-    doc = manifest.build(r, topic.format, objects, formats)
+    name = layout.manifest_name(p.prefix, r)
+    doc = manifest.build(r, p.topic.format, objects, formats)
     store.put_json(name, doc)
     faults.at("after-manifest")
-    notes = _remove_strays(store, layout.range_dir(prefix, r), doc)
-    after = advance(kafka, store, prefix, topic, r.partition, low)
-    faults.at("after-commit")
-    return Archived(r, name, doc, False, committed_before, after, 0.0, len(jobs), notes, log_end=high, reader=reader)
+    notes = _remove_strays(store, layout.range_dir(p.prefix, r), doc)
+    return Archived(r, name, doc, False, p.committed_before, None, 0.0, len(p.jobs), notes, log_end=p.high,
+                    reader=reader)
 
 
 def _run_slices(session: Any, jobs: list[SliceJob], r: OffsetRange) -> list[dict]:

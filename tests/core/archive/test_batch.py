@@ -1,0 +1,80 @@
+"""Many ranges in one run: of several topics and partitions, one Spark job, each range exactly once.
+
+Each test ends with `check_archive`: every offset in [log start, committed) is in exactly one
+manifest, and every object listed is in Swift with its size, md5 and record count.
+"""
+
+from __future__ import annotations
+
+from helpers import check_archive, delete_records, produce, read_archive, read_kafka
+from samples import awkward_rows, config
+
+from matos_dagster.core.archive.batch import archive_batch, pack
+from matos_dagster.core.archive.range_run import archive_range
+from matos_dagster.core.archive.slice_task import SliceJob
+from matos_dagster.core.offsets.ranges import OffsetRange
+from matos_dagster.core.swift.store import SwiftParams
+
+
+def test_ranges_of_several_topics_and_partitions_are_archived_and_committed_each_on_its_own(
+        kafka, swift, spark, new_topic):
+    a, b = new_topic(partitions=2), new_topic(partitions=3)
+    produce(kafka, a, awkward_rows(60, 2))
+    produce(kafka, b, awkward_rows(90, 3))
+    delete_records(kafka, b, 1, 7)  # an archive that begins after offset 0, as retention leaves topics
+    ca, cb = config(a, slice_records=8), config(b)
+    items = [(OffsetRange(a, p, 0, 30), ca) for p in (0, 1)] + \
+            [(OffsetRange(b, 0, 0, 30), cb), (OffsetRange(b, 1, 7, 30), cb), (OffsetRange(b, 2, 0, 30), cb)]
+    with swift.store() as store:
+        done = archive_batch(items, kafka, store, spark)
+        assert [o.error for o in done.outcomes] == [None] * 5
+        for o in done.outcomes:
+            r = o.range
+            assert read_archive(store, o.archived.manifest) == read_kafka(kafka, r.topic, r.partition, r.start)
+            assert o.archived.committed_after == 30
+        assert check_archive(kafka, store, a, ca.group) == {0: 30, 1: 30}
+        assert check_archive(kafka, store, b, cb.group) == {0: 30, 1: 30, 2: 30}
+    assert done.tasks < 8 + 5  # a's slices of 8 offsets and b's ranges share tasks
+
+
+def test_a_range_that_cannot_be_archived_is_its_own_outcome_and_the_others_are_archived(
+        kafka, swift, spark, new_topic):
+    good, bad = new_topic(), new_topic(partitions=2)
+    produce(kafka, good, [(None, b"v", [])] * 10)
+    produce(kafka, bad, [(None, b"x" * 100, [], 0)] * 5 + [(None, b"y", [], 1)] * 5)
+    cg, cb = config(good), config(bad, max_record_bytes=50, object_bytes=1000)
+    items = [(OffsetRange(good, 0, 0, 10), cg), (OffsetRange(bad, 0, 0, 5), cb), (OffsetRange(bad, 1, 0, 5), cb),
+             (OffsetRange(bad, 7, 0, 5), cb), (OffsetRange("no-such-topic", 0, 0, 5), cg)]
+    with swift.store() as store:
+        done = archive_batch(items, kafka, store, spark)
+        ok, too_large, fine, no_partition, no_topic = done.outcomes
+        assert ok.ok and fine.ok
+        assert too_large.refused and "max_record_bytes" in too_large.error and "\n" not in too_large.error
+        assert no_partition.refused and "has no partition 7" in no_partition.error
+        assert no_topic.refused and "does not exist" in no_topic.error
+        assert check_archive(kafka, store, good, cg.group) == {0: 10}
+        # The refused range's partition is neither archived nor committed; its neighbour is both.
+        assert check_archive(kafka, store, bad, cb.group) == {0: None, 1: 5}
+
+
+def test_a_range_archived_already_is_verified_not_rewritten(kafka, swift, spark, new_topic):
+    topic = new_topic()
+    produce(kafka, topic, [(None, b"v", [])] * 20)
+    cfg = config(topic)
+    with swift.store() as store:
+        archive_range(OffsetRange(topic, 0, 0, 10), cfg, kafka, store, spark)
+        done = archive_batch([(OffsetRange(topic, 0, 0, 10), cfg), (OffsetRange(topic, 0, 10, 20), cfg)],
+                             kafka, store, spark)
+        first, second = done.outcomes
+        assert first.archived.already_archived and not second.archived.already_archived
+        assert check_archive(kafka, store, topic, cfg.group) == {0: 20}
+
+
+def _job(start: int, end: int) -> SliceJob:
+    return SliceJob(OffsetRange("t", 0, start, end), "d", {}, "g", SwiftParams("http://x", "c"))
+
+
+def test_small_slices_share_a_task_and_a_large_one_has_its_own():
+    jobs = [_job(0, 10), _job(10, 20), _job(20, 150_000), _job(150_000, 150_010)] + [_job(i, i + 1) for i in range(40)]
+    tasks = pack(jobs, most_offsets=100_000, most_slices=32)
+    assert [len(t) for t in tasks] == [2, 1, 32, 9]
