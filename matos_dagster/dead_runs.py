@@ -37,8 +37,9 @@ def beating(instance: DagsterInstance, run_id: str, thresholds: heartbeat.Thresh
         yield hb
 
 
-def fail_dead_runs(instance: DagsterInstance, topic: str, thresholds: heartbeat.Thresholds, log) -> list[str]:
-    """Fail every STARTED archive run of `topic` whose heartbeat is older than the threshold; their ids.
+def fail_dead_runs(instance: DagsterInstance, topic: str | None, thresholds: heartbeat.Thresholds, log) -> list[str]:
+    """Fail every STARTED archive run of `topic` (None: of any topic, batch runs included) whose
+    heartbeat is older than the threshold; their ids.
 
     One query of the started runs. Each run is read again just before it is failed, so a run that
     ended meanwhile is left alone.
@@ -46,7 +47,7 @@ def fail_dead_runs(instance: DagsterInstance, topic: str, thresholds: heartbeat.
     now = time.time()
     dead = []
     for run in instance.get_runs(filters=RunsFilter(statuses=[DagsterRunStatus.STARTED])):
-        if not run.tags.get(PARTITION_NAME_TAG, "").startswith(f"{topic}:p"):
+        if topic is not None and not run.tags.get(PARTITION_NAME_TAG, "").startswith(f"{topic}:p"):
             continue
         if not heartbeat.is_dead(run.tags, now, thresholds.dead_after_s):
             continue

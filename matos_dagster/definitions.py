@@ -2,18 +2,26 @@
 
 Every setting reaches the resources here, through `EnvVar`, and nowhere else. Unset
 settings take the defaults of `settings.py`, which point at the local stack.
+
+The topics file names topics and patterns. Each topic has its assets; the topics a pattern
+matches are listed from Kafka when the code location loads (a topic created later is archived
+by the lag sensor at once, and has its assets from the next load of the code location).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 
 from dagster import Definitions, EnvVar, in_process_executor
 
-from matos_dagster.assets.archive import archive_asset, ranges_partitions
+from matos_dagster.assets.archive import archive_asset
 from matos_dagster.assets.monitor import monitor_automation, monitor_check
 from matos_dagster.assets.windows import summary_asset, windows_asset, windows_automation, windows_job, windows_sensor
 from matos_dagster.core import settings, topics
+from matos_dagster.core.kafka import many
+from matos_dagster.core.kafka.errors import KafkaUnavailable
+from matos_dagster.jobs.archive_ranges import archive_ranges_job
 from matos_dagster.jobs.backfill import backfill_job
 from matos_dagster.jobs.compact import compact_job, compact_schedule
 from matos_dagster.jobs.iceberg import iceberg_job
@@ -26,10 +34,30 @@ from matos_dagster.jobs.verify import verify_job
 from matos_dagster.resources import KafkaResource, SparkResource, SwiftResource
 from matos_dagster.sensors.lag import lag_sensor
 
+log = logging.getLogger(__name__)
+
 settings.check()  # a bad setting is one line naming it, before any resource is built
 settings.apply_defaults()
 
-TOPICS = topics.load(os.environ["MATOS_TOPICS_FILE"], default_group=os.environ["MATOS_KAFKA_GROUP"])
+TOPIC_SET = topics.load(os.environ["MATOS_TOPICS_FILE"], default_group=os.environ["MATOS_KAFKA_GROUP"])
+
+
+def _topics_at_load() -> list:
+    """The named topics, and those of the cluster that a pattern matches now."""
+    if not TOPIC_SET.patterns:
+        return list(TOPIC_SET)
+    kafka = KafkaResource(**{name: os.environ[f"MATOS_KAFKA_{name.upper()}"] for name in (
+        "bootstrap_servers", "security_protocol", "sasl_mechanism", "username", "password", "ca_file", "group",
+        "client_id")}, timeout_s=min(10, int(os.environ["MATOS_KAFKA_TIMEOUT_S"])))
+    try:
+        return TOPIC_SET.resolve(many.topics(kafka)).topics
+    except KafkaUnavailable as e:
+        log.warning(f"the topics the patterns match are not known now ({e}); the lag sensor archives them "
+                    "meanwhile, and their assets appear at the next load of the code location")
+        return list(TOPIC_SET)
+
+
+TOPICS = _topics_at_load()
 
 RESOURCES = {
     "kafka": KafkaResource(
@@ -70,23 +98,24 @@ RESOURCES = {
 CHECKS = [monitor_check(t) for t in TOPICS]
 MONITORS = [monitor_automation(t, c, os.environ["MATOS_MONITOR_CRON"]) for t, c in zip(TOPICS, CHECKS)]
 SENSOR_INTERVAL_S = int(os.environ["MATOS_SENSOR_INTERVAL_S"])
-RETENTION = retention_job(TOPICS)
-COMPACT = compact_job(TOPICS)
-ADD_RANGES = add_ranges_job(TOPICS)
+RETENTION = retention_job(TOPIC_SET)
+COMPACT = compact_job(TOPIC_SET)
+ADD_RANGES = add_ranges_job(TOPIC_SET)
 TIMED = [t for t in TOPICS if t.time_window != "none"]  # event-time windows (assets/windows.py)
 WINDOW_JOBS = [windows_job(t) for t in TIMED]
 
 defs = Definitions(
     assets=[archive_asset(t) for t in TOPICS] + [windows_asset(t) for t in TIMED] + [summary_asset(t) for t in TIMED],
     asset_checks=CHECKS,
-    jobs=[load, ADD_RANGES, backfill_job(TOPICS, ADD_RANGES, lambda: defs.resolve_asset_graph()), acknowledge_loss_job(TOPICS), restore_job(TOPICS), verify_job(TOPICS), RETENTION, COMPACT,
-          iceberg_job(TOPICS), *WINDOW_JOBS],
-    sensors=[lag_sensor(t, ranges_partitions(t), SENSOR_INTERVAL_S) for t in TOPICS] + [s for _, s in MONITORS]
+    jobs=[load, archive_ranges_job(TOPIC_SET), ADD_RANGES,
+          backfill_job(TOPIC_SET, ADD_RANGES, lambda: defs.resolve_asset_graph()), acknowledge_loss_job(TOPIC_SET),
+          restore_job(TOPICS), verify_job(TOPIC_SET), RETENTION, COMPACT, iceberg_job(TOPIC_SET), *WINDOW_JOBS],
+    sensors=[lag_sensor(TOPIC_SET, SENSOR_INTERVAL_S)] + [s for _, s in MONITORS]
     + [windows_sensor(t, j, SENSOR_INTERVAL_S) for t, j in zip(TIMED, WINDOW_JOBS)]
     + ([windows_automation(SENSOR_INTERVAL_S)] if TIMED else []),
     schedules=[schedule for schedule, _ in MONITORS]
     + [retention_schedule(RETENTION, os.environ["MATOS_RETENTION_CRON"]),
-       compact_schedule(COMPACT, TOPICS, os.environ["MATOS_COMPACT_CRON"])],
+       compact_schedule(COMPACT, os.environ["MATOS_COMPACT_CRON"])],
     resources=RESOURCES,
     # Every Spark step in its own process would start its own JVM: run steps in the run's process.
     executor=in_process_executor,

@@ -6,11 +6,9 @@ from dagster import (
     AssetExecutionContext,
     AssetsDefinition,
     DagsterInstance,
-    DagsterRunStatus,
     DynamicPartitionsDefinition,
     MaterializeResult,
     MetadataValue,
-    RunsFilter,
     asset,
 )
 
@@ -18,20 +16,17 @@ from matos_dagster.core.archive.range_run import Archived, DataLoss, RangeRefuse
 from matos_dagster.core.iceberg.hooks import TableState, table_state
 from matos_dagster.core.iceberg.plan import TableError
 from matos_dagster.core.offsets.ranges import KEY_FORM, OffsetRange, parse_key
-from matos_dagster.core.runs import heartbeat, offset_order, turns
+from matos_dagster.core.runs import heartbeat, offset_order
+from matos_dagster.core.runs import turns as core_turns
 from matos_dagster.core.schemas import typed
 from matos_dagster.core.topics import TopicConfig
-from matos_dagster.dead_runs import beating, waits_for
+from matos_dagster.dead_runs import beating
 from matos_dagster.resources import KafkaResource, SparkResource, SwiftResource
+from matos_dagster.turns import CLAIM_TAG, RANGE_TAG, TOPIC_PARTITION_TAG, claim, wait_for_turns, where
 
-# Run tags: a range readable at a glance in the Runs list, and the turn-taking of turns.py.
-TOPIC_PARTITION_TAG = "matos/topic_partition"
-RANGE_TAG = "matos/range"
-CLAIM_TAG = "matos/archiving_since"
-_GOING = [DagsterRunStatus.STARTING, DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]
-# A run still going after this long is not waited for any more (run monitoring fails runs at
-# dagster.yaml's max_runtime_seconds, one hour, which is this bound too).
-MAX_WAIT_S = 3600
+__all__ = ["CLAIM_TAG", "RANGE_TAG", "TOPIC_PARTITION_TAG", "archive_asset", "claim_turn", "metadata", "ranges_partitions",
+           "take_turn"]
+
 
 
 def ranges_partitions(topic: TopicConfig) -> DynamicPartitionsDefinition:
@@ -134,57 +129,23 @@ def table_metadata(t: TableState) -> dict:
     return meta
 
 
-def claim_turn(instance: DagsterInstance, run_id: str, r: OffsetRange) -> turns.Claim:
+def claim_turn(instance: DagsterInstance, run_id: str, r: OffsetRange) -> core_turns.Claim:
     """Claim `r`'s topic partition for this run: the run tags other runs wait on (turns.py)."""
-    where = f"{r.topic}/{r.partition}"
-    mine = turns.Claim(time.time(), run_id)
-    instance.add_run_tags(
-        run_id, {TOPIC_PARTITION_TAG: where, RANGE_TAG: f"{where} [{r.start}, {r.end})", CLAIM_TAG: mine.tag}
-    )
-    return mine
+    w = where(r)
+    return claim(instance, run_id, {TOPIC_PARTITION_TAG: w, RANGE_TAG: f"{w} [{r.start}, {r.end})"})
 
 
 def take_turn(instance: DagsterInstance, run_id: str, r: OffsetRange, say, poll_s: float = 1.0,
-              thresholds: heartbeat.Thresholds | None = None, mine: turns.Claim | None = None) -> float:
+              thresholds: heartbeat.Thresholds | None = None, mine: core_turns.Claim | None = None) -> float:
     """Wait until no other run is archiving in `r`'s topic partition (turns.py); the seconds waited.
 
     `mine`: this run's claim (claim_turn), made here if not given. The run that waited then
     archives its range, or, if the other run archived this very range (manifest there, offset
     committed past it), only verifies it (archive.archived_and_committed).
     """
-    where = f"{r.topic}/{r.partition}"
     thresholds = thresholds or heartbeat.Thresholds.from_settings()
     mine = mine or claim_turn(instance, run_id, r)
-    began, told = time.monotonic(), set()
-    while True:
-        runs = instance.get_runs(filters=RunsFilter(tags={TOPIC_PARTITION_TAG: where}, statuses=_GOING))
-        # A dead run (no heartbeat for MATOS_DEAD_RUN_AFTER_S) is not waited for: the lag sensor fails it.
-        runs = [run for run in runs if waits_for(run.tags, thresholds)]
-        by_id = {run.run_id: run for run in runs}
-        first = turns.ahead(mine, (turns.Claim.from_tag(run.tags.get(CLAIM_TAG, ""), run.run_id) for run in runs))
-        if not first:
-            return max(0.0, time.time() - mine.since)  # since the claim: its turn came at claim + waited
-        other = by_id[first[0].run_id]
-        if other.run_id not in told:
-            told.add(other.run_id)
-            say(
-                f"run {other.run_id} ({_started_by(other.tags)}) is archiving {other.tags.get(RANGE_TAG, where)}; "
-                f"this run waits for it to end, so that one run at a time archives in {where}"
-            )
-        if time.monotonic() - began > MAX_WAIT_S:
-            raise RuntimeError(
-                f"run {other.run_id} has been archiving in {where} for more than {MAX_WAIT_S} s; if its "
-                "process is gone, terminate that run in the UI (Runs, then Terminate), then launch this range again"
-            )
-        time.sleep(poll_s)
-
-
-def _started_by(tags: dict) -> str:
-    if "dagster/sensor_name" in tags:
-        return f"launched by sensor {tags['dagster/sensor_name']}"
-    if "dagster/backfill" in tags:
-        return f"part of backfill {tags['dagster/backfill']}"
-    return "launched from the UI, the CLI or Python"
+    return wait_for_turns(instance, mine, {where(r)}, say, thresholds, poll_s)
 
 
 def metadata(done: Archived, location: str, now: float | None = None) -> dict:

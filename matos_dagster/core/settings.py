@@ -224,7 +224,11 @@ SETTINGS: tuple[Setting, ...] = (
             "the same bytes). Read by the Spark tasks: set it where they run.", kind=FLAG),
     # Archive
     Setting("MATOS_TOPICS_FILE", str(PROJECT_ROOT / "topics.yaml"), "YAML file of the topics to archive.", kind=File()),
-    Setting("MATOS_SENSOR_INTERVAL_S", "30", "Seconds between two ticks of each topic's lag sensor.", kind=Whole(unit="seconds")),
+    Setting("MATOS_SENSOR_INTERVAL_S", "30", "Seconds between two ticks of the lag sensor (every topic's partitions in "
+            "each tick).", kind=Whole(unit="seconds")),
+    Setting("MATOS_RUN_MAX_RANGES", "1000",
+            "Ranges one `archive_ranges` run carries at most: a tick that finds more due requests more runs.",
+            kind=Whole(unit="ranges")),
     Setting("MATOS_HEARTBEAT_S", "15",
             "Seconds between two heartbeats of an archive run (a run tag written by a thread of its own).", kind=Number(least=1, unit="seconds")),
     Setting("MATOS_DEAD_RUN_AFTER_S", "90",

@@ -116,3 +116,13 @@ class TopicSet(Sequence[TopicConfig]):
 
     def _pattern_of(self, name: str) -> str:
         return next(p.pattern for p in self.patterns if p.matches(name))
+
+
+def as_set(topics: "TopicSet | Iterable[TopicConfig]") -> TopicSet:
+    """A TopicSet of `topics` (a list of TopicConfig is a set of named topics)."""
+    return topics if isinstance(topics, TopicSet) else TopicSet(topics)
+
+
+def not_found(topics: TopicSet, name: str) -> str:
+    """The one line that says a topic is not in the topics file, and what is."""
+    return f"topic {name!r} matches nothing in the topics file; it has {topics.describe() or 'nothing'}"

@@ -2,8 +2,9 @@
 
     dg launch --job compact --config-json '{"ops": {"compact_archive": {"config": {"topic": "demo"}}}}'
 
-Runs on `MATOS_COMPACT_CRON` (one run per topic, tagged `matos/compact=<topic>`; dagster.yaml
-lets one such run per topic go at a time), and from the UI's Launchpad. Settings per topic in
+Runs on `MATOS_COMPACT_CRON` (one run for every topic, tagged `matos/compact=*`; a run of one
+topic, from the UI's Launchpad or `matos compact`, is tagged with the topic; dagster.yaml lets one
+run per tag value go at a time). Settings per topic in
 the topics file: `compact_bytes`, `compact_min_age_s`, `compact_grace_s`.
 """
 
@@ -25,42 +26,54 @@ from dagster import (
 from pydantic import Field
 
 from matos_dagster.core.compact.run import Compacted, compact_topic
-from matos_dagster.core.topics import TopicConfig
+from matos_dagster.core.topic_set import as_set, not_found
+from matos_dagster.core.kafka import many
 from matos_dagster.resources import KafkaResource, SparkResource, SwiftResource
 
 TAG = "matos/compact"
 
 
 class CompactConfig(Config):
-    topic: str = Field(description="A topic of the topics file.")
+    topic: str = Field(default="", description="A topic of the topics file; empty: every topic of it (names and "
+                       "patterns) that Kafka has, in one run.")
     partition: int = Field(default=-1, description="Partition; -1: every partition of the topic.")
     max_groups: int = Field(default=0, description="Groups merged per partition in this run; 0: every one due.")
 
 
-def compact_job(topics: list[TopicConfig]) -> JobDefinition:
-    by_name = {t.name: t for t in topics}
+def compact_job(topics) -> JobDefinition:
+    """`topics`: the topics file (a TopicSet; a list of TopicConfig for named topics only)."""
+    topics = as_set(topics)
 
     @op(name="compact_archive", description="Merge adjacent archived ranges below the committed offset into large ones.")
     def _compact(context: OpExecutionContext, config: CompactConfig, kafka: KafkaResource, swift: SwiftResource,
                  spark: SparkResource) -> Output[int]:
-        topic = by_name.get(config.topic)
-        if topic is None:
-            raise Failure(f"topic {config.topic!r} is not in the topics file; it has {sorted(by_name)}")
         if config.max_groups < 0:
             raise Failure(f"max_groups must be 0 (every group due) or a count, got {config.max_groups}")
-        parts = kafka.partitions(topic.name)
-        if config.partition != -1 and config.partition not in parts:
-            raise Failure(f"topic {topic.name!r} has no partition {config.partition}; it has {parts}")
-        chosen = parts if config.partition == -1 else [config.partition]
-        # Only below the committed offset: archiving of new ranges, at and after it, goes on.
-        committed = kafka.committed(topic.name, chosen, topic.group)
+        if not config.topic:
+            if config.partition != -1:
+                raise Failure("partition needs a topic: give the topic, or leave partition at -1")
+            chosen = topics.resolve(many.topics(kafka)).topics
+        elif (topic := topics.get(config.topic)) is None:
+            raise Failure(not_found(topics, config.topic))
+        else:
+            chosen = [topic]
+        dones = []
         with swift.store() as store:
-            done = compact_topic(topic, committed, store, spark.spark_session, say=context.log.info,
-                                 max_groups=config.max_groups)
-        for p in done.partitions:
-            for note in p.notes:
-                context.log.info(f"{topic.name}/{p.partition}: {note}")
-        return Output(done.total("ranges_merged"), metadata=metadata(done))
+            for topic in chosen:
+                parts = kafka.partitions(topic.name)
+                if config.partition != -1 and config.partition not in parts:
+                    raise Failure(f"topic {topic.name!r} has no partition {config.partition}; it has {parts}")
+                # Only below the committed offset: archiving of new ranges, at and after it, goes on.
+                committed = kafka.committed(topic.name, parts if config.partition == -1 else [config.partition],
+                                            topic.group)
+                done = compact_topic(topic, committed, store, spark.spark_session, say=context.log.info,
+                                     max_groups=config.max_groups)
+                for p in done.partitions:
+                    for note in p.notes:
+                        context.log.info(f"{topic.name}/{p.partition}: {note}")
+                dones.append(done)
+        total = Compacted(config.topic or "*", [p for d in dones for p in d.partitions], sum(d.duration_s for d in dones))
+        return Output(total.total("ranges_merged"), metadata=metadata(total))
 
     @job(name="compact", description="Compact a topic's archive: small ranges become large objects, exactly once.",
          tags={"kind": "compaction"})
@@ -70,15 +83,15 @@ def compact_job(topics: list[TopicConfig]) -> JobDefinition:
     return _job
 
 
-def compact_schedule(job_def: JobDefinition, topics: list[TopicConfig], cron: str) -> ScheduleDefinition:
+def compact_schedule(job_def: JobDefinition, cron: str) -> ScheduleDefinition:
+    """One run for every topic: an estate of hundreds of topics must not queue a run per topic."""
     @schedule(name="compact_schedule", job=job_def, cron_schedule=cron, default_status=DefaultScheduleStatus.RUNNING)
     def _schedule(context: ScheduleEvaluationContext):
-        for t in topics:
-            yield RunRequest(
-                run_key=f"{t.name}:{context.scheduled_execution_time.isoformat()}" if context.scheduled_execution_time else None,
-                run_config={"ops": {"compact_archive": {"config": {"topic": t.name}}}},
-                tags={TAG: t.name},
-            )
+        return RunRequest(
+            run_key=context.scheduled_execution_time.isoformat() if context.scheduled_execution_time else None,
+            run_config={"ops": {"compact_archive": {"config": {}}}},
+            tags={TAG: "*"},
+        )
 
     return _schedule
 

@@ -17,7 +17,7 @@ from matos_dagster.core.iceberg.plan import TableError
 from matos_dagster.core.iceberg.table import Tables
 from matos_dagster.core.swift import layout
 from matos_dagster.core.swift.store import Store
-from matos_dagster.core.topics import TopicConfig
+from matos_dagster.core.topic_set import as_set, not_found
 from matos_dagster.resources import SwiftResource
 
 
@@ -26,14 +26,15 @@ class IcebergConfig(Config):
     rebuild: bool = Field(default=False, description="Drop the table and build it again from the manifests first.")
 
 
-def iceberg_job(topics: list[TopicConfig]):
-    by_name = {t.name: t for t in topics}
+def iceberg_job(topics):
+    """`topics`: the topics file (a TopicSet; a list of TopicConfig for named topics only)."""
+    topics = as_set(topics)
 
     @op(name="table_from_manifests", description="Rebuild a topic's Iceberg table from its manifests, and/or check it.")
     def _table(context: OpExecutionContext, config: IcebergConfig, swift: SwiftResource) -> Output[int]:
-        topic = by_name.get(config.topic)
+        topic = topics.get(config.topic)
         if topic is None:
-            raise Failure(f"topic {config.topic!r} is not in the topics file; it has {sorted(by_name)}")
+            raise Failure(not_found(topics, config.topic))
         if topic.format != "parquet":
             raise Failure(f"topic {topic.name} is archived as {topic.format}: only Parquet archives are Iceberg tables")
         params = swift.params()

@@ -13,7 +13,7 @@ from pydantic import Field
 
 from matos_dagster.core.archive import loss
 from matos_dagster.core.swift import layout
-from matos_dagster.core.topics import TopicConfig
+from matos_dagster.core.topic_set import as_set, not_found
 from matos_dagster.resources import KafkaResource, SwiftResource
 
 
@@ -25,15 +25,16 @@ class LossConfig(Config):
     end: int = Field(default=-1, description="End of the lost span, exclusive; -1 (with start -1): the log start offset.")
 
 
-def acknowledge_loss_job(topics: list[TopicConfig]):
-    by_name = {t.name: t for t in topics}
+def acknowledge_loss_job(topics):
+    """`topics`: the topics file (a TopicSet; a list of TopicConfig for named topics only)."""
+    topics = as_set(topics)
 
     @op(name=loss.OP, description="Record deleted, unarchived offsets as lost in the archive; commit past them.")
     def _acknowledge(context: OpExecutionContext, config: LossConfig, kafka: KafkaResource,
                      swift: SwiftResource) -> Output[int]:
-        topic = by_name.get(config.topic)
+        topic = topics.get(config.topic)
         if topic is None:
-            raise Failure(f"topic {config.topic!r} is not in the topics file; it has {sorted(by_name)}")
+            raise Failure(not_found(topics, config.topic))
         span = (None, None) if (config.start, config.end) == (-1, -1) else (config.start, config.end)
         with swift.store() as store:
             try:

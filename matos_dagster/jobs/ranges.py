@@ -24,7 +24,7 @@ from matos_dagster.core.offsets.ranges import OffsetRange, cut
 from matos_dagster.core.swift import layout
 from matos_dagster.core.swift.archived import PartitionArchive
 from matos_dagster.core.swift.store import Store
-from matos_dagster.core.topics import TopicConfig
+from matos_dagster.core.topic_set import as_set, not_found
 from matos_dagster.resources import KafkaResource, SwiftResource
 
 
@@ -36,14 +36,15 @@ class RangesConfig(Config):
     end: int = Field(default=-1, description="End offset, exclusive; -1: the log end offset.")
 
 
-def add_ranges_job(topics: list[TopicConfig]):
-    by_name = {t.name: t for t in topics}
+def add_ranges_job(topics):
+    """`topics`: the topics file (a TopicSet; a list of TopicConfig for named topics only)."""
+    topics = as_set(topics)
 
     @op(name="add_range_keys", description="Validate [start, end) and add its ranges as partition keys.")
     def _add(context: OpExecutionContext, config: RangesConfig, kafka: KafkaResource, swift: SwiftResource) -> list[str]:
-        topic = by_name.get(config.topic)
+        topic = topics.get(config.topic)
         if topic is None:
-            raise ValueError(f"topic {config.topic!r} is not in the topics file; it has {sorted(by_name)}")
+            raise ValueError(not_found(topics, config.topic))
         if config.start < -1 or config.end < -1:
             raise ValueError(f"offsets must be >= 0 (or -1), got start={config.start} end={config.end}")
         parts = kafka.partitions(topic.name)

@@ -31,6 +31,8 @@ from pydantic import Field
 from matos_dagster.core.runs import retention
 from matos_dagster.core.swift import layout
 from matos_dagster.core.swift.store import Store
+from matos_dagster.core.kafka import many
+from matos_dagster.core.topic_set import as_set
 from matos_dagster.core.topics import TopicConfig
 from matos_dagster.dagster_compat import PARTITION_NAME_TAG, event_log_shard
 from matos_dagster.resources import KafkaResource, SwiftResource
@@ -55,7 +57,11 @@ class RetentionConfig(Config):
         )
 
 
-def retention_job(topics: list[TopicConfig]) -> JobDefinition:
+def retention_job(topics) -> JobDefinition:
+    """`topics`: the topics file (a TopicSet; a list of TopicConfig for named topics only), whose
+    topics are resolved against Kafka at each run: a pattern's topics are pruned too."""
+    topics = as_set(topics)
+
     @op(name="apply_retention", description="Remove old partition keys and old runs from Dagster (never from Swift).")
     def _apply(context: OpExecutionContext, config: RetentionConfig, kafka: KafkaResource,
                swift: SwiftResource) -> Output[int]:
@@ -70,7 +76,9 @@ def retention_job(topics: list[TopicConfig]) -> JobDefinition:
         pruned_total = 0
         # A plain Store: retention never creates the container (a missing one prunes nothing).
         with Store(swift.params()) as store:
-            for topic in topics:
+            existing = many.topics(kafka)
+            # A topic deleted from Kafka keeps its keys: whether its ranges are committed cannot be asked.
+            for topic in [t for t in topics.resolve(existing).topics if t.name in existing]:
                 pruned, kept = prune_keys(instance, topic, kafka, store, policy.keep_keys, in_flight, config.dry_run)
                 pruned_total += pruned
                 context.log.info(f"{topic.name}: {verb} {pruned} partition keys, {kept} kept")

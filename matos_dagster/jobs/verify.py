@@ -15,7 +15,7 @@ from pydantic import Field
 
 from matos_dagster.core.swift import layout
 from matos_dagster.core.swift.store import Store
-from matos_dagster.core.topics import TopicConfig
+from matos_dagster.core.topic_set import as_set, not_found
 from matos_dagster.core.verify import EVERYTHING, FROM_MARK, Report, verify_topic
 from matos_dagster.resources import KafkaResource, SwiftResource
 
@@ -37,14 +37,15 @@ class VerifyConfig(Config):
     )
 
 
-def verify_job(topics: list[TopicConfig]):
-    by_name = {t.name: t for t in topics}
+def verify_job(topics):
+    """`topics`: the topics file (a TopicSet; a list of TopicConfig for named topics only)."""
+    topics = as_set(topics)
 
     @op(name="verify_archive", description="Check every manifest, object and offset of a topic's archive.")
     def _verify(context: OpExecutionContext, config: VerifyConfig, kafka: KafkaResource, swift: SwiftResource) -> Output[int]:
-        topic = by_name.get(config.topic)
+        topic = topics.get(config.topic)
         if topic is None:
-            raise Failure(f"topic {config.topic!r} is not in the topics file; it has {sorted(by_name)}")
+            raise Failure(not_found(topics, config.topic))
         if config.sample < -1:
             raise Failure(f"sample must be -1 (every record), 0 (none) or a count, got {config.sample}")
         if config.from_offset is not None and (config.from_offset < 0 or config.audit_all):

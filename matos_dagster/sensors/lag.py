@@ -1,20 +1,25 @@
-"""The lag sensor: wake only the partitions with new records, and request their next range.
+"""The lag sensor: one for the whole estate; it wakes only the partitions with new records.
 
-Per tick and per configured topic: the log end and committed offsets of every partition
-(new partitions included), the state of the range requested last, then `policy.decide`.
-New keys are added as dynamic partitions and their runs requested in the same tick. The
-cursor holds a few numbers per partition, so a tick never lists the keys created so far.
+Per tick: the topics of the topics file, names and patterns, resolved against the cluster's
+topics (a topic created since the last tick is in); for all their partitions at once, the log
+start and end offsets and the committed offsets (core/kafka/many.py: a few requests, however many
+partitions); the state of the ranges in flight (one query of their runs); then `policy.decide`
+per partition. The ranges due become partition keys of their topics' assets and are requested as
+ONE run of the `archive_ranges` job (or a few, of at most MATOS_RUN_MAX_RANGES each), in the same
+tick. The cursor holds a number per partition at rest (core/runs/estate.py).
 """
 
-import json
+from __future__ import annotations
+
 import time
+from dataclasses import replace
 
 from dagster import (
+    AddDynamicPartitionsRequest,
     AssetKey,
-    AssetSelection,
+    DagsterEventType,
     DagsterRunStatus,
     DefaultSensorStatus,
-    DynamicPartitionsDefinition,
     RunRequest,
     RunsFilter,
     SensorDefinition,
@@ -24,132 +29,190 @@ from dagster import (
     sensor,
 )
 
-from matos_dagster.core.runs import heartbeat, policy, turns
+from matos_dagster.core import settings
+from matos_dagster.core.kafka import many
+from matos_dagster.core.offsets.ranges import MalformedKey, OffsetRange, parse_key
+from matos_dagster.core.runs import estate, heartbeat, policy
 from matos_dagster.core.runs.policy import FAILED, IN_FLIGHT, MISSING, SUCCEEDED, Offsets, PartitionState
-from matos_dagster.core.topics import TopicConfig
 from matos_dagster.dagster_compat import RUN_KEY_TAG, SENSOR_NAME_TAG
 from matos_dagster.dead_runs import fail_dead_runs
+from matos_dagster.jobs.archive_ranges import JOB, ranges_config
 from matos_dagster.resources import KafkaResource
+from matos_dagster.turns import BATCH_TAG, batch_ranges, going_elsewhere
 
+NAME = "lag"
 _FAILED = {DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
+_SUCCEEDED = {DagsterRunStatus.SUCCESS}
 
 
-def lag_sensor(topic: TopicConfig, partitions: DynamicPartitionsDefinition, interval_s: int) -> SensorDefinition:
-    asset_key = AssetKey(topic.asset_name)
+def lag_sensor(topics, interval_s: int, name: str = NAME) -> SensorDefinition:
+    """`topics`: the TopicSet (named topics and patterns) to watch."""
 
     @sensor(
-        name=f"lag_{topic.asset_name}",
-        # The check runs after each archive run (assets/monitor.py), once the range is done,
-        # rather than inside every run while other partitions are half-way.
-        asset_selection=AssetSelection.assets(asset_key).without_checks(),
+        name=name,
+        job_name=JOB,
         minimum_interval_seconds=interval_s,
         default_status=DefaultSensorStatus.RUNNING,
-        description=f"Requests the next offset range of each partition of `{topic.name}` with new records.",
+        description="Requests the next offset range of every partition with new records, of every topic of "
+                    "the topics file (names and patterns), as one run of archive_ranges.",
     )
     def _lag(context: SensorEvaluationContext, kafka: KafkaResource):
-        cursor = json.loads(context.cursor) if context.cursor else {}
-        # First, fail the topic's runs whose heartbeat stopped (dead_runs.py): below, their ranges
-        # are then FAILED and requested again in this tick, instead of in flight until max runtime.
-        fail_dead_runs(context.instance, topic.name, heartbeat.Thresholds.from_settings(), context.log)
-        with kafka.kept_clients():  # one admin and one consumer for the three questions
-            parts = kafka.partitions(topic.name)
-            marks = kafka.watermarks(topic.name, parts)
-            committed = kafka.committed(topic.name, parts, topic.group)
-        avg_bytes = _average_record_bytes(context, asset_key)
+        instance = context.instance
+        states = estate.read_cursor(context.cursor)
+        # First, fail the runs whose heartbeat stopped (dead_runs.py): their ranges are then FAILED
+        # below and requested again in this tick, instead of in flight until max runtime.
+        fail_dead_runs(instance, None, heartbeat.Thresholds.from_settings(), context.log)
+        with kafka.kept_clients():  # one admin and one consumer per group for the questions of the tick
+            existing = many.topics(kafka)
+            resolved = topics.resolve(existing)
+            watched = [t for t in resolved.topics if t.name in existing]
+            tps = [(t.name, p) for t in watched for p in existing[t.name]]
+            marks = many.watermarks(kafka, tps)
+            committed: dict[tuple[str, int], int | None] = {}
+            for group in sorted({t.group for t in watched}):
+                committed.update(many.committed(kafka, group, [(t.name, p) for t in watched if t.group == group
+                                                                for p in existing[t.name]]))
         now_ms = int(time.time() * 1000)
+        runs = _range_states(context, [s for s in states.values() if s.key and not s.done])
+        busy = _busy(context)
+        by_name = {t.name: t for t in watched}
 
-        states = {p: PartitionState.from_json(cursor.get(str(p), {})) for p in parts}
-        runs = _run_states(context, [s for s in states.values() if s.key and not s.done])
-        busy = _busy_partitions(context, topic)
-        requests, new_keys, reasons = [], [], []
-        for p in parts:
-            state = states[p]
-            if p in busy and (state.key is None or state.done):
+        # The age of the first record waiting, where the policy needs it: one fetch for all.
+        starts = {}
+        for tp in tps:
+            s = states.get(tp, PartitionState())
+            offsets = Offsets(*marks[tp], committed[tp])
+            run = runs.get((s.run, s.key)) if s.key and not s.done else None
+            start = policy.start_of_next(s, offsets)
+            if tp not in busy and estate.needs_age(s, offsets, start, run):
+                starts[tp] = start
+        with kafka.kept_clients():
+            oldest = many.first_timestamps(kafka, starts) if starts else {}
+        avg_bytes = _average_record_bytes(context, {tp[0] for tp in tps if marks[tp][1] > (committed[tp] or 0)},
+                                          by_name)
+
+        due: list[tuple[OffsetRange, int]] = []
+        reasons, new_keys = [], {}
+        kept: dict[tuple[str, int], PartitionState] = {}
+        for tp in tps:
+            s = states.get(tp, PartitionState())
+            topic, p = by_name[tp[0]], tp[1]
+            if tp in busy and (s.key is None or s.done):
                 # A run this sensor did not request (CLI, UI) is archiving in this partition:
                 # a range requested now would only wait for it, or repeat its work.
-                reasons.append(f"p{p}: {busy[p]}")
+                reasons.append(f"{topic.name}/{p}: {busy[tp]}")
+                kept[tp] = s
                 continue
-            low, high = marks[p]
-            offsets = Offsets(low, high, committed[p])
-            run = runs.get(_run_key(state)) if state.key and not state.done else None
-            oldest = None
-            start = policy.start_of_next(state, offsets)
-            # The age is read once per start: when no range is in flight, or when the one in
-            # flight has just succeeded (its end is the next start). A failed one is retried.
-            if run in (None, policy.SUCCEEDED) and start < high and state.oldest_start != start:
-                oldest = kafka.timestamp_at(topic.name, p, start)
-            d = policy.decide(topic, p, state, offsets, run, now_ms, oldest, avg_bytes)
+            run = runs.get((s.run, s.key)) if s.key and not s.done else None
+            d = policy.decide(topic, p, s, Offsets(*marks[tp], committed[tp]), run, now_ms, oldest.get(tp),
+                              avg_bytes.get(topic.name))
             if d.warning:
                 context.log.warning(d.warning)
-            cursor[str(p)] = d.state.to_json()
-            reasons.append(f"p{p}: {d.reason}")
+            kept[tp] = d.state
             if d.request is not None:
+                due.append((d.request, d.state.attempt))
                 if d.run_key == d.request.key:  # a new range, not a retry
-                    new_keys.append(d.request.key)
-                requests.append(
-                    RunRequest(run_key=d.run_key, partition_key=d.request.key, tags={"matos/reason": d.reason[:200]})
-                )
-                context.log.info(f"{d.request}: {d.reason}")
+                    new_keys.setdefault(topic.partitions_name, []).append(d.request.key)
+                reasons.append(f"{topic.name}/{p}: {d.reason}")
+            elif d.state.key and not d.state.done:
+                reasons.append(f"{topic.name}/{p}: {d.reason}")
 
-        # Every partition's reason in the tick's log too: the ticks table shows a skip reason
-        # only for ticks that requested nothing.
-        context.log.info("; ".join(reasons))
+        most = int(settings.get("MATOS_RUN_MAX_RANGES"))
+        requests = []
+        for batch in estate.batches(due, most):
+            key = estate.batch_key(batch)
+            for r, _ in batch:
+                tp = (r.topic, r.partition)
+                kept[tp] = replace(kept[tp], run=key)
+            requests.append(RunRequest(
+                run_key=key, run_config=ranges_config([r for r, _ in batch]),
+                tags={BATCH_TAG: "true", "matos/ranges": str(len(batch)),
+                      "matos/topics": str(len({r.topic for r, _ in batch}))}))
+        for line in resolved.clashes:
+            context.log.warning(line)
+        summary = (f"{len(watched)} topic(s), {len(tps)} partition(s); {len(due)} range(s) requested in "
+                   f"{len(requests)} run(s)" + (f"; missing from Kafka: {', '.join(resolved.missing)}"
+                                                if resolved.missing else ""))
+        context.log.info(summary + (": " + "; ".join(reasons[:200]) if reasons else ""))
+        cursor = estate.write_cursor(kept, {tp: marks[tp][0] for tp in tps})
         if not requests:
-            return SensorResult(skip_reason=SkipReason("; ".join(reasons)[:1000]), cursor=json.dumps(cursor))
+            return SensorResult(skip_reason=SkipReason((summary + "; " + "; ".join(reasons))[:1000]), cursor=cursor)
         return SensorResult(
             run_requests=requests,
-            dynamic_partitions_requests=[partitions.build_add_request(new_keys)] if new_keys else [],
-            cursor=json.dumps(cursor),
+            dynamic_partitions_requests=[AddDynamicPartitionsRequest(name, keys) for name, keys in new_keys.items()],
+            cursor=cursor,
         )
 
     return _lag
 
 
-_GOING = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING,
-          DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]
+def _range_states(context: SensorEvaluationContext, in_flight: list[PartitionState]) -> dict[tuple, str]:
+    """IN_FLIGHT, SUCCEEDED, FAILED or MISSING for each in-flight state's (run key, range key): one query.
 
-
-def _busy_partitions(context: SensorEvaluationContext, topic: TopicConfig) -> dict[int, str]:
-    """Partitions that a going run of another origin archives: one query of the going runs."""
-    going = context.instance.get_runs(filters=RunsFilter(statuses=_GOING))
-    return turns.busy_partitions(((r.run_id, r.tags) for r in going), topic.name, context.sensor_name)
-
-
-def _run_key(state: PartitionState) -> str:
-    return state.key if state.attempt <= 1 else f"{state.key}#{state.attempt}"
-
-
-def _run_states(context: SensorEvaluationContext, in_flight: list[PartitionState]) -> dict[str, str]:
-    """IN_FLIGHT, SUCCEEDED, FAILED or MISSING for the latest run of each state's key: one query a tick.
-
-    MISSING: no run yet (the daemon creates it after the tick) or no run any more (run
-    retention deleted it); `policy.decide` tells the two apart by when the key was requested.
+    A run that failed or was canceled may have archived some of its ranges: those it reported
+    as materialisations succeeded, the others failed. MISSING: no run yet (the daemon creates it
+    after the tick) or none any more (run retention deleted it); `policy.decide` tells the two
+    apart by when the range was requested.
     """
-    keys = [_run_key(s) for s in in_flight]
-    out = {k: MISSING for k in keys}
+    out = {(s.run, s.key): MISSING for s in in_flight}
+    keys = sorted({s.run for s in in_flight if s.run})
     if not keys:
         return out
-    runs = context.instance.get_runs(
-        filters=RunsFilter(tags={RUN_KEY_TAG: keys, SENSOR_NAME_TAG: context.sensor_name})
-    )
+    runs = context.instance.get_runs(filters=RunsFilter(tags={RUN_KEY_TAG: keys, SENSOR_NAME_TAG: context.sensor_name}))
+    status = {}
     for run in reversed(runs):  # newest last, so it wins
-        key = run.tags.get(RUN_KEY_TAG)
-        if run.status == DagsterRunStatus.SUCCESS:
-            out[key] = SUCCEEDED
+        status[run.tags.get(RUN_KEY_TAG)] = run
+    materialised: dict[str, set[str]] = {}  # of each failed run, read once
+    for s in in_flight:
+        run = status.get(s.run)
+        if run is None:
+            continue
+        if run.status in _SUCCEEDED:
+            out[(s.run, s.key)] = SUCCEEDED
         elif run.status in _FAILED:
-            out[key] = FAILED
+            if run.run_id not in materialised:
+                materialised[run.run_id] = _materialised(context, run.run_id)
+            out[(s.run, s.key)] = SUCCEEDED if s.key in materialised[run.run_id] else FAILED
         else:
-            out[key] = IN_FLIGHT
+            out[(s.run, s.key)] = IN_FLIGHT
     return out
 
 
-def _average_record_bytes(context: SensorEvaluationContext, asset_key: AssetKey) -> float | None:
-    """Bytes per record in the topic's latest archived range: the bytes policy's estimate."""
-    event = context.instance.get_latest_materialization_event(asset_key)
-    if event is None or event.asset_materialization is None:
-        return None
-    meta = event.asset_materialization.metadata
-    records, raw = meta.get("records"), meta.get("record_bytes")
-    if records is None or raw is None or not records.value:
-        return None
-    return raw.value / records.value
+def _materialised(context: SensorEvaluationContext, run_id: str) -> set[str]:
+    """The partition keys a run reported as materialised."""
+    records = context.instance.get_records_for_run(run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION).records
+    return {r.event_log_entry.dagster_event.partition for r in records if r.event_log_entry.dagster_event is not None}
+
+
+def _busy(context: SensorEvaluationContext) -> dict[tuple[str, int], str]:
+    """Partitions that a going run of another origin archives (the UI, the CLI, a backfill): one query."""
+    busy: dict[tuple[str, int], str] = {}
+    for run_id, tags in going_elsewhere(context.instance, context.sensor_name):
+        if tags.get(BATCH_TAG) == "true":
+            run = context.instance.get_run_by_id(run_id)
+            ranges = batch_ranges(run) if run is not None else []
+        else:
+            try:
+                ranges = [parse_key(tags.get("dagster/partition", ""))]
+            except MalformedKey:
+                continue
+        for r in ranges:
+            busy.setdefault((r.topic, r.partition), f"run {run_id} is archiving {r}; waiting for it")
+    return busy
+
+
+def _average_record_bytes(context: SensorEvaluationContext, names: set[str], by_name: dict) -> dict[str, float]:
+    """Bytes per record in each topic's latest archived range (the bytes policy's estimate): one query."""
+    if not names:
+        return {}
+    keys = {AssetKey(by_name[n].asset_name): n for n in names}
+    events = context.instance.get_latest_materialization_events(list(keys))
+    out = {}
+    for key, event in events.items():
+        m = event.asset_materialization if event is not None else None
+        if m is None:
+            continue
+        records, raw = m.metadata.get("records"), m.metadata.get("record_bytes")
+        if records is not None and raw is not None and records.value:
+            out[keys[key]] = raw.value / records.value
+    return out

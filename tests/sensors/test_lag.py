@@ -1,4 +1,9 @@
-"""The lag sensor against a real broker and a real Dagster instance."""
+"""The lag sensor against a real broker and a real Dagster instance.
+
+One sensor watches every topic of the topics file; the ranges a tick finds due are requested
+as one run of `archive_ranges` (its run config lists them), and added as partition keys of
+their topics' assets in the same tick.
+"""
 
 from __future__ import annotations
 
@@ -13,11 +18,12 @@ from dagster._core.storage.tags import RUN_KEY_TAG, SENSOR_NAME_TAG
 from dagster._core.test_utils import create_run_for_test
 from helpers import produce
 
-from matos_dagster.assets.archive import ranges_partitions
-from matos_dagster.core.offsets.ranges import OffsetRange
+from matos_dagster.core.offsets.ranges import OffsetRange, parse_key
 from matos_dagster.core.runs.policy import VANISHED_AFTER_MS
+from matos_dagster.core.topic_set import TopicSet
 from matos_dagster.core.topics import TopicConfig
 from matos_dagster.sensors.lag import lag_sensor
+from matos_dagster.turns import BATCH_OP
 
 
 @pytest.fixture
@@ -27,11 +33,11 @@ def instance():
 
 
 class Sensor:
-    """Ticks of one topic's lag sensor, carrying the cursor from tick to tick like the daemon."""
+    """Ticks of the lag sensor watching `topic` (and `more`), carrying the cursor from tick to tick like the daemon."""
 
-    def __init__(self, topic: TopicConfig, kafka, instance):
+    def __init__(self, topic: TopicConfig, kafka, instance, *more: TopicConfig):
         self.topic, self.kafka, self.instance = topic, kafka, instance
-        self.definition = lag_sensor(topic, ranges_partitions(topic), 30)
+        self.definition = lag_sensor(TopicSet([topic, *more]), 30)
         self.cursor: str | None = None
 
     def tick(self):
@@ -56,9 +62,15 @@ def topic_config(name: str, **kw) -> TopicConfig:
 
 
 def requested(result) -> list[tuple[OffsetRange, str]]:
-    from matos_dagster.core.offsets.ranges import parse_key
+    """Each range the tick requested, with the run key of the run that carries it."""
+    return [(parse_key(key), r.run_key) for r in result.run_requests
+            for key in r.run_config["ops"][BATCH_OP]["config"]["ranges"]]
 
-    return [(parse_key(r.partition_key), r.run_key) for r in result.run_requests]
+
+def states(cursor: str) -> dict:
+    doc = json.loads(cursor)
+    assert doc["v"] == 2
+    return doc["p"]
 
 
 def test_only_partitions_with_new_records_wake_one_range_each_added_as_keys_in_the_same_tick(kafka, instance, new_topic):
@@ -69,22 +81,54 @@ def test_only_partitions_with_new_records_wake_one_range_each_added_as_keys_in_t
     got = sorted(r for r, _ in requested(result))
     assert got == [OffsetRange(name, 0, 0, 150), OffsetRange(name, 2, 0, 150)]
     (add,) = result.dynamic_partitions_requests
+    assert add.partitions_def_name == f"archive_{name.replace('-', '_')}_ranges"
     assert sorted(add.partition_keys) == sorted(r.key for r in got)
-    assert all(run_key == r.key for r, run_key in requested(result))
+    assert len(result.run_requests) == 1, "the ranges due in a tick go in one run"
+
+
+def test_the_ranges_due_in_many_topics_go_in_one_run_and_each_topics_keys_to_its_own_asset(
+        kafka, instance, new_topic):
+    names = [new_topic(partitions=2) for _ in range(4)]
+    for name in names:
+        produce(kafka, name, [(b"k", b"v", [], p) for p in (0, 1) for _ in range(120)])
+    sensor = Sensor(topic_config(names[0]), kafka, instance, *[topic_config(n) for n in names[1:]])
+    result = sensor.tick()
+    (run,) = result.run_requests
+    assert sorted(r for r, _ in requested(result)) == sorted(OffsetRange(n, p, 0, 120) for n in names for p in (0, 1))
+    assert {a.partitions_def_name: len(a.partition_keys) for a in result.dynamic_partitions_requests} == {
+        f"archive_{n.replace('-', '_')}_ranges": 2 for n in names}
+    assert run.tags["matos/batch"] == "true" and run.tags["matos/ranges"] == "8"
+
+
+def test_a_tick_evaluated_twice_asks_for_the_same_run(kafka, instance, new_topic):
+    """The daemon may evaluate a tick again after a crash: Dagster drops a run key it has seen."""
+    name = new_topic(partitions=2)
+    produce(kafka, name, [(b"k", b"v", [], p) for p in (0, 1) for _ in range(150)])
+    first, again = Sensor(topic_config(name), kafka, instance), None
+    again = Sensor(first.topic, kafka, instance)
+    assert [r.run_key for r in first.tick().run_requests] == [r.run_key for r in again.tick().run_requests]
+
+
+def test_more_ranges_than_a_run_carries_go_in_several_runs(kafka, instance, new_topic, monkeypatch):
+    monkeypatch.setenv("MATOS_RUN_MAX_RANGES", "2")
+    name = new_topic(partitions=5)
+    produce(kafka, name, [(b"k", b"v", [], p) for p in range(5) for _ in range(100)])
+    result = Sensor(topic_config(name), kafka, instance).tick()
+    assert [len(r.run_config["ops"][BATCH_OP]["config"]["ranges"]) for r in result.run_requests] == [2, 2, 1]
 
 
 def test_nothing_new_launches_nothing_and_says_why(kafka, instance, new_topic):
     sensor = Sensor(topic_config(new_topic(partitions=2)), kafka, instance)
     result = sensor.tick()
     assert not result.run_requests and isinstance(result.skip_reason, SkipReason)
-    assert "p0: no new records" in result.skip_reason.skip_message
+    assert "2 partition(s); 0 range(s) requested" in result.skip_reason.skip_message
 
 
 def test_below_the_batch_policy_nothing_is_requested(kafka, instance, new_topic):
     name = new_topic()
     produce(kafka, name, [(b"k", b"v", [])] * 10)
     result = Sensor(topic_config(name), kafka, instance).tick()
-    assert not result.run_requests and "below the batch policy" in result.skip_reason.skip_message
+    assert not result.run_requests and "0 range(s) requested" in result.skip_reason.skip_message
 
 
 def test_a_backlog_is_cut_into_ranges_archived_one_after_the_other(kafka, instance, new_topic):
@@ -116,13 +160,38 @@ def test_a_failed_range_is_requested_again_not_skipped_until_a_bound(kafka, inst
     produce(kafka, name, [(b"k", b"v", [])] * 120)
     sensor = Sensor(topic_config(name), kafka, instance)
     (r, run_key), = requested(sensor.tick())
+    seen = {run_key}
     for attempt in range(2, 6):
         sensor.finish(run_key, DagsterRunStatus.FAILURE)
         (again, run_key), = requested(sensor.tick())
-        assert again == r and run_key == f"{r.key}#{attempt}"
+        assert again == r and run_key not in seen
+        seen.add(run_key)
     sensor.finish(run_key, DagsterRunStatus.FAILURE)
     result = sensor.tick()
     assert not result.run_requests and "failed 5 times" in result.skip_reason.skip_message
+
+
+def test_a_range_a_failed_run_archived_is_done_and_the_runs_other_ranges_are_requested_again(
+        kafka, instance, new_topic):
+    """A batch run fails when one of its ranges could not be archived; the others it reported."""
+    from dagster import AssetMaterialization
+    from dagster._core.events import DagsterEvent, DagsterEventType, StepMaterializationData
+
+    name = new_topic(partitions=2)
+    produce(kafka, name, [(b"k", b"v", [], p) for p in (0, 1) for _ in range(150)])
+    sensor = Sensor(topic_config(name), kafka, instance)
+    got = requested(sensor.tick())
+    (_, run_key), _ = got
+    run = create_run_for_test(instance, status=DagsterRunStatus.FAILURE,
+                              tags={RUN_KEY_TAG: run_key, SENSOR_NAME_TAG: sensor.definition.name})
+    archived = OffsetRange(name, 0, 0, 150)
+    instance.report_dagster_event(DagsterEvent(
+        DagsterEventType.ASSET_MATERIALIZATION.value, job_name=run.job_name,
+        event_specific_data=StepMaterializationData(
+            AssetMaterialization(sensor.topic.asset_name, partition=archived.key))), run_id=run.run_id)
+    sensor.kafka.commit(name, {0: 150}, sensor.topic.group)
+    (again, _), = requested(sensor.tick())
+    assert again == OffsetRange(name, 1, 0, 150)
 
 
 def test_partitions_added_to_the_topic_are_picked_up(kafka, instance, new_topic):
@@ -141,8 +210,9 @@ def test_the_cursor_round_trips_and_stays_small(kafka, instance, new_topic):
     produce(kafka, name, [(b"k", b"v", [], 0)] * 100)
     sensor = Sensor(topic_config(name), kafka, instance)
     sensor.tick()
-    state = json.loads(sensor.cursor)
+    state = states(sensor.cursor)[name]
     assert state["0"]["key"] == OffsetRange(name, 0, 0, 100).key and state["0"]["done"] is False
+    assert state["1"] is None or isinstance(state["1"], int), "a partition at rest is a number at most"
     assert len(sensor.cursor) < 500
     # A new sensor object given the cursor (as after a daemon restart) knows the range is in flight.
     again = Sensor(sensor.topic, kafka, instance)
@@ -167,9 +237,9 @@ def test_an_offset_moved_by_someone_else_is_noticed(kafka, instance, new_topic, 
 
 def age_request(sensor: Sensor, partition: int = 0, ms: int = VANISHED_AFTER_MS) -> None:
     """Make the cursor's last request `ms` older, as if that much time had passed since."""
-    state = json.loads(sensor.cursor)
-    state[str(partition)]["requested_ms"] -= ms
-    sensor.cursor = json.dumps(state)
+    doc = json.loads(sensor.cursor)
+    doc["p"][sensor.topic.name][str(partition)]["requested_ms"] -= ms
+    sensor.cursor = json.dumps(doc)
 
 
 def test_a_range_whose_run_was_deleted_by_run_retention_does_not_stall_its_partition(kafka, instance, new_topic):
@@ -194,7 +264,7 @@ def test_a_range_whose_run_vanished_before_its_commit_is_requested_again(kafka, 
     (first, key1), = requested(sensor.tick())
     age_request(sensor)  # no run was ever created for it, and nothing was committed
     (again, run_key), = requested(sensor.tick())
-    assert again == first and run_key == f"{first.key}#2"
+    assert again == first and run_key != key1
 
 
 def test_a_partition_another_run_is_archiving_gets_no_request_until_that_run_ends(kafka, instance, new_topic):
@@ -213,8 +283,8 @@ def test_a_partition_another_run_is_archiving_gets_no_request_until_that_run_end
 
 def test_a_tick_that_requests_runs_shows_why_it_skipped_the_other_partitions(kafka, instance, new_topic, capfd):
     """Dagster shows a skip reason only for a tick that requests nothing (SensorResult refuses both):
-    a tick with runs carries each run's reason as its `matos/reason` tag, and every partition's
-    reason, the skipped ones' too, in the tick's log (the ticks table's "View logs")."""
+    a tick with runs says each partition's reason, the skipped ones' too, in the tick's log (the
+    ticks table's "View logs")."""
     name = new_topic(partitions=3)
     produce(kafka, name, [(b"k", b"v", [], p) for p in (0, 1) for _ in range(150)] + [(b"k", b"v", [], 2)] * 5)
     sensor = Sensor(topic_config(name), kafka, instance)
@@ -223,10 +293,7 @@ def test_a_tick_that_requests_runs_shows_why_it_skipped_the_other_partitions(kaf
     capfd.readouterr()
     result = sensor.tick()
     assert result.skip_reason is None
-    (request,) = result.run_requests
-    assert request.partition_key == OffsetRange(name, 1, 0, 150).key
-    assert request.tags["matos/reason"]  # why this range now, on the run itself
+    assert [r for r, _ in requested(result)] == [OffsetRange(name, 1, 0, 150)]
     log = capfd.readouterr().err
-    assert f"p0: run {busy.run_id} is archiving {name}/0[0, 150); waiting for it" in log
-    assert "p2: " in log and "below the batch policy" in log
-    assert f"p1: {request.tags['matos/reason']}" in log
+    assert f"{name}/0: run {busy.run_id} is archiving {name}/0[0, 150); waiting for it" in log
+    assert f"{name}/1: 150 records waiting" in log

@@ -13,12 +13,14 @@ from dagster._core.storage.tags import PARTITION_NAME_TAG, RUN_KEY_TAG, SENSOR_N
 from dagster._core.test_utils import create_run_for_test
 from helpers import produce
 
-from matos_dagster.assets.archive import CLAIM_TAG, TOPIC_PARTITION_TAG, ranges_partitions, take_turn
+from matos_dagster.assets.archive import CLAIM_TAG, TOPIC_PARTITION_TAG, take_turn
 from matos_dagster.core.offsets.ranges import OffsetRange, parse_key
 from matos_dagster.core.runs.heartbeat import TAG, Thresholds
+from matos_dagster.core.topic_set import TopicSet
 from matos_dagster.core.topics import TopicConfig
 from matos_dagster.dead_runs import fail_dead_runs
 from matos_dagster.sensors.lag import lag_sensor
+from matos_dagster.turns import BATCH_OP, BATCH_TAG
 
 T = Thresholds(every_s=15, dead_after_s=90)
 
@@ -74,7 +76,7 @@ class Lag:
         self.kafka, self.instance = kafka, instance
         produce(kafka, name, [(b"k", b"v", [])] * 120)
         topic = TopicConfig(name, group=f"g-{uuid.uuid4().hex[:6]}", batch_records=100, batch_age_s=3600)
-        self.sensor = lag_sensor(topic, ranges_partitions(topic), 30)
+        self.sensor = lag_sensor(TopicSet([topic]), 30)
         self.cursor = None
 
     def tick(self):
@@ -85,9 +87,15 @@ class Lag:
         return result
 
     def launched(self, request, beat_age_s: float):
-        """The run the daemon launched for `request`, STARTED, its last beat `beat_age_s` ago."""
-        return started_run(self.instance, request.partition_key, beat_age_s=beat_age_s,
-                           **{RUN_KEY_TAG: request.run_key, SENSOR_NAME_TAG: self.sensor.name})
+        """The batch run the daemon launched for `request`, STARTED, its last beat `beat_age_s` ago."""
+        tags = {RUN_KEY_TAG: request.run_key, SENSOR_NAME_TAG: self.sensor.name, BATCH_TAG: "true",
+                TAG: f"{time.time() - beat_age_s:.3f}"}
+        return create_run_for_test(self.instance, status=DagsterRunStatus.STARTED, tags=tags,
+                                   run_config=request.run_config)
+
+
+def ranges(request) -> list[OffsetRange]:
+    return [parse_key(k) for k in request.run_config["ops"][BATCH_OP]["config"]["ranges"]]
 
 
 @pytest.fixture
@@ -100,15 +108,13 @@ def lag(kafka, instance, new_topic, monkeypatch):
 def test_the_lag_sensor_fails_a_run_that_stopped_beating_and_requests_its_range_again_in_the_same_tick(
         lag, instance):
     (request,) = lag.tick().run_requests
-    r = parse_key(request.partition_key)
     run = lag.launched(request, beat_age_s=100)  # it beat, then its process (and its code server) died
 
     result = lag.tick()
 
     assert status(instance, run) == DagsterRunStatus.FAILURE
     (again,) = result.run_requests
-    assert parse_key(again.partition_key) == r and again.run_key == f"{r.key}#2"
-    assert "failed; requested again" in again.tags["matos/reason"]
+    assert ranges(again) == ranges(request) and again.run_key != request.run_key
 
 
 def test_a_live_run_that_beats_stays_in_flight_however_long_it_runs(lag, instance):

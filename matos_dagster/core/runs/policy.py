@@ -40,6 +40,7 @@ class PartitionState:
     oldest_start: int | None = None  # `start` the age below was read for
     oldest_ts_ms: int | None = None  # timestamp of the first pending record
     requested_ms: int | None = None  # when `key`'s latest run was requested (or first found missing)
+    run: str | None = None  # the run key of the run that carries `key` (a batch run carries many ranges)
 
     def to_json(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None}

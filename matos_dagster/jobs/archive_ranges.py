@@ -1,0 +1,130 @@
+"""The lag sensor's run: the ranges due in one tick, of many topics and partitions, archived together.
+
+    dg launch --job archive_ranges --config-json \\
+      '{"ops": {"archive_batch": {"config": {"ranges": ["demo:p00000:...-...", "orders:p00003:...-..."]}}}}'
+
+One run and one Spark job for them all (core/archive/batch.py), each range still checked,
+written, manifested and committed on its own. Each archived range is reported as the
+materialisation of its partition key of its topic's asset, with the metadata a run of the asset
+itself gives, so each topic's Partitions page shows its ranges whichever run archived them. A
+range that could not be archived is said in the log and the run fails once the others are done:
+the lag sensor requests it again (it asks which keys the run materialised).
+
+The run takes its turn on every partition it archives (turns.py): it waits for a run of one
+range (UI, CLI, backfill) that claimed a partition first, archiving the other partitions
+meanwhile, and such a run waits for it.
+"""
+
+
+from collections import Counter
+
+from dagster import (
+    AssetMaterialization,
+    Config,
+    Failure,
+    JobDefinition,
+    MetadataValue,
+    OpExecutionContext,
+    job,
+    op,
+)
+from pydantic import Field
+
+from matos_dagster.assets.archive import metadata
+from matos_dagster.core.archive.batch import Outcome, archive_batch
+from matos_dagster.core.offsets.ranges import MalformedKey, OffsetRange, parse_key
+from matos_dagster.core.runs import heartbeat
+from matos_dagster.dead_runs import beating
+from matos_dagster.resources import KafkaResource, SparkResource, SwiftResource
+from matos_dagster.turns import BATCH_OP, BATCH_TAG, claim, wait_for_turns, where
+
+JOB = "archive_ranges"
+
+
+class RangesConfig(Config):
+    ranges: list[str] = Field(description="Partition keys of offset ranges (`topic:pNNNNN:start-end`), of any "
+                              "topics of the topics file; each must be added to its topic's asset already.")
+
+
+def archive_ranges_job(topics) -> JobDefinition:
+    """`topics`: the TopicSet (named topics and patterns) whose ranges the job archives."""
+
+    @op(name=BATCH_OP, description="Archive offset ranges of many topics in one Spark job, each exactly once.")
+    def _archive(context: OpExecutionContext, config: RangesConfig, kafka: KafkaResource, swift: SwiftResource,
+                 spark: SparkResource) -> int:
+        items, refused = [], []
+        for key in dict.fromkeys(config.ranges):  # a key given twice is one range
+            try:
+                r = parse_key(key)
+            except MalformedKey as e:
+                refused.append(f"{key}: {e}")
+                continue
+            topic = topics.get(r.topic)
+            if topic is None:
+                refused.append(f"{key}: topic {r.topic!r} matches nothing in the topics file ({topics.describe()})")
+                continue
+            items.append((r, topic))
+        if refused:  # before anything is claimed or written: the run changes nothing
+            raise Failure(f"{len(refused)} of {len(config.ranges)} range(s) refused, nothing archived: {refused[0]}",
+                          metadata={"refused": MetadataValue.json(refused)})
+        instance, run_id = context.instance, context.run.run_id
+        thresholds = heartbeat.Thresholds.from_settings()
+        mine = claim(instance, run_id, {BATCH_TAG: "true"})
+        outcomes: list[Outcome] = []
+        tasks = 0
+        with beating(instance, run_id, thresholds, context.log.warning), kafka.kept_clients(), \
+                swift.store() as store:
+
+            def archive(ready: set[str]) -> None:
+                nonlocal tasks
+                batch = archive_batch([i for i in items if where(i[0]) in ready], kafka, store,
+                                      lambda: spark.spark_session, say=context.log.info)
+                tasks += batch.tasks
+                for note in batch.notes:
+                    context.log.warning(note)
+                for o in batch.outcomes:
+                    _report(context, o)
+                outcomes.extend(batch.outcomes)
+
+            waited = wait_for_turns(instance, mine, {where(r) for r, _ in items}, context.log.info, thresholds,
+                                    free=archive)
+        failed = [o for o in outcomes if not o.ok]
+        done = [o for o in outcomes if o.ok]
+        context.add_output_metadata({
+            "ranges": MetadataValue.int(len(outcomes)),
+            "archived": MetadataValue.int(len(done)),
+            "not_archived": MetadataValue.int(len(failed)),
+            "records_written": MetadataValue.int(sum(o.archived.records_written for o in done)),
+            "topics": MetadataValue.int(len({o.range.topic for o in outcomes})),
+            "spark_tasks": MetadataValue.int(tasks),
+            "waited_for_other_runs_s": MetadataValue.float(round(waited, 3)),
+        })
+        if failed:
+            kinds = Counter("refused" if o.refused else "failed" for o in failed)
+            raise Failure(
+                f"{len(failed)} of {len(outcomes)} range(s) not archived ({', '.join(f'{n} {k}' for k, n in kinds.items())}); "
+                f"the others are archived and committed. First: {failed[0].range.key}: {failed[0].error}",
+                metadata={"not_archived": MetadataValue.json({o.range.key: o.error for o in failed})},
+            )
+        return len(done)
+
+    @job(name=JOB, tags={BATCH_TAG: "true"},
+         description="Archive offset ranges of many topics in one run: what the lag sensor requests each tick.")
+    def _job():
+        _archive()
+
+    return _job
+
+
+def _report(context: OpExecutionContext, o: Outcome) -> None:
+    """An archived range as its key's materialisation of its topic's asset; else the reason, said."""
+    if not o.ok:
+        context.log.error(f"{o.range.key}: {o.error}")
+        return
+    context.log_event(AssetMaterialization(asset_key=o.topic.asset_name, partition=o.range.key,
+                                           metadata=metadata(o.archived, o.location)))
+
+
+def ranges_config(ranges: list[OffsetRange]) -> dict:
+    """The run config of a batch run archiving `ranges`."""
+    return {"ops": {BATCH_OP: {"config": {"ranges": [r.key for r in ranges]}}}}

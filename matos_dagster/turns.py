@@ -1,0 +1,123 @@
+"""Turns, the Dagster side: the run tags by which one run at a time archives in a topic partition.
+
+The rule is core/runs/turns.py's: a run writes a claim (when, its run id) on itself, then waits
+for every going run with an earlier claim on a partition it archives. A run of one range (the
+asset: UI, CLI, backfill) names its partition in a tag; a batch run (jobs/archive_ranges.py, the
+lag sensor's) archives many partitions, listed in its run config, and carries BATCH_TAG so that
+the few going batch runs are found by one query. Either kind waits for the other.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Iterable
+
+from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
+
+from matos_dagster.core.offsets.ranges import MalformedKey, OffsetRange, parse_key
+from matos_dagster.core.runs import heartbeat, turns
+from matos_dagster.dead_runs import waits_for
+
+# Run tags: a range readable at a glance in the Runs list, and the turn-taking of core/runs/turns.py.
+TOPIC_PARTITION_TAG = "matos/topic_partition"
+RANGE_TAG = "matos/range"
+CLAIM_TAG = "matos/archiving_since"
+BATCH_TAG = "matos/batch"  # "true" on a batch run; its ranges are in its run config
+BATCH_OP = "archive_batch"
+GOING = [DagsterRunStatus.STARTING, DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]
+# A run still going after this long is not waited for any more (run monitoring fails runs at
+# dagster.yaml's max_runtime_seconds, one hour, which is this bound too).
+MAX_WAIT_S = 3600
+
+
+def where(r: OffsetRange) -> str:
+    return f"{r.topic}/{r.partition}"
+
+
+def batch_ranges(run: DagsterRun) -> list[OffsetRange]:
+    """The ranges a batch run archives, from its run config."""
+    keys = (run.run_config or {}).get("ops", {}).get(BATCH_OP, {}).get("config", {}).get("ranges", [])
+    out = []
+    for key in keys:
+        try:
+            out.append(parse_key(key))
+        except MalformedKey:
+            continue
+    return out
+
+
+def claim(instance: DagsterInstance, run_id: str, tags: dict[str, str] | None = None) -> turns.Claim:
+    """Write this run's claim (and `tags`) on it: other runs order themselves by it."""
+    mine = turns.Claim(time.time(), run_id)
+    instance.add_run_tags(run_id, {**(tags or {}), CLAIM_TAG: mine.tag})
+    return mine
+
+
+def ahead_of(instance: DagsterInstance, mine: turns.Claim, wheres: set[str],
+             thresholds: heartbeat.Thresholds) -> dict[str, DagsterRun]:
+    """The partitions of `wheres` that a going run with an earlier claim archives, and that run."""
+    runs = list(instance.get_runs(filters=RunsFilter(tags={TOPIC_PARTITION_TAG: sorted(wheres)}, statuses=GOING)))
+    runs += instance.get_runs(filters=RunsFilter(tags={BATCH_TAG: "true"}, statuses=GOING))
+    out: dict[str, DagsterRun] = {}
+    for run in runs:
+        # A dead run (no heartbeat for MATOS_DEAD_RUN_AFTER_S) is not waited for: the lag sensor fails it.
+        if run.run_id == mine.run_id or not waits_for(run.tags, thresholds):
+            continue
+        other = turns.Claim.from_tag(run.tags.get(CLAIM_TAG, ""), run.run_id)
+        if not turns.ahead(mine, [other]):
+            continue
+        theirs = {where(r) for r in batch_ranges(run)} if run.tags.get(BATCH_TAG) == "true" \
+            else {run.tags.get(TOPIC_PARTITION_TAG, "")}
+        for w in theirs & wheres:
+            if w not in out or turns.Claim.from_tag(out[w].tags.get(CLAIM_TAG, ""), out[w].run_id) > other:
+                out[w] = run
+    return out
+
+
+def wait_for_turns(instance: DagsterInstance, mine: turns.Claim, wheres: set[str], say: Callable[[str], None],
+                   thresholds: heartbeat.Thresholds, poll_s: float = 1.0,
+                   free: Callable[[set[str]], None] | None = None) -> float:
+    """Wait until no run with an earlier claim archives in any of `wheres`; the seconds waited.
+
+    `free`: called with the partitions whose turn has come, as soon as some have (a batch run
+    archives those while it waits for the others); without it, the wait is for all of them.
+    """
+    began, told = time.monotonic(), set()
+    waiting = set(wheres)
+    while True:
+        busy = ahead_of(instance, mine, waiting, thresholds)
+        ready = waiting - set(busy)
+        if ready and free is not None:
+            free(ready)
+            waiting -= ready
+        if not busy:
+            return max(0.0, time.time() - mine.since)
+        for w, other in sorted(busy.items()):
+            if (other.run_id, w) not in told:
+                told.add((other.run_id, w))
+                say(f"run {other.run_id} ({started_by(other.tags)}) is archiving in {w}; this run waits for it "
+                    f"to end, so that one run at a time archives in {w}")
+        if time.monotonic() - began > MAX_WAIT_S:
+            other = next(iter(busy.values()))
+            raise RuntimeError(
+                f"run {other.run_id} has been archiving in {', '.join(sorted(busy))} for more than {MAX_WAIT_S} s; "
+                "if its process is gone, terminate that run in the UI (Runs, then Terminate), then launch this "
+                "range again"
+            )
+        time.sleep(poll_s)
+
+
+def started_by(tags: dict) -> str:
+    if "dagster/sensor_name" in tags:
+        return f"launched by sensor {tags['dagster/sensor_name']}"
+    if "dagster/backfill" in tags:
+        return f"part of backfill {tags['dagster/backfill']}"
+    return "launched from the UI, the CLI or Python"
+
+
+def going_elsewhere(instance: DagsterInstance, sensor: str) -> Iterable[tuple[str, dict]]:
+    """(run id, tags) of the going runs (queued ones too) that `sensor` did not request."""
+    statuses = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, *GOING]
+    for run in instance.get_runs(filters=RunsFilter(statuses=statuses)):
+        if run.tags.get("dagster/sensor_name") != sensor:
+            yield run.run_id, run.tags
