@@ -23,7 +23,9 @@ its manifest is there, and a later run of a range rewrites the same objects. No 
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -32,6 +34,7 @@ from matos_dagster.core.archive.commit import advance_many
 from matos_dagster.core.archive.range_run import Archived, DataLoss, Planned, RangeRefused, plan, write_manifest
 from matos_dagster.core.archive.slice_task import RecordTooLarge, SliceJob, archive_slice
 from matos_dagster.core.iceberg.hooks import keep_table
+from matos_dagster.core.iceberg.plan import TableError
 from matos_dagster.core.kafka import many
 from matos_dagster.core.kafka.client import KafkaClient
 from matos_dagster.core.offsets.ranges import OffsetRange
@@ -48,6 +51,9 @@ log = logging.getLogger(__name__)
 PACK_OFFSETS = 100_000
 PACK_SLICES = 32
 SLICE_TRIES = 2  # a slice that fails is tried again once in its task (a broker's moment away)
+# The driver's Swift requests of a batch (checks, manifests, prefixes), a partition a thread: each is a
+# round trip of tens of milliseconds spent waiting, and a batch has hundreds of partitions.
+THREADS = 8
 
 
 @dataclass
@@ -87,77 +93,166 @@ def archive_batch(items: list[tuple[OffsetRange, TopicConfig]], kafka: KafkaClie
     Raises only what stops every range alike (Kafka or Swift unreachable before anything was
     written); a range's own failure is its outcome.
     """
-    t0 = time.monotonic()
-    outcomes = [Outcome(r, t, location=_location(store, t, r)) for r, t in items]
-    existing = many.topics(kafka)
-    tps = {(r.topic, r.partition) for r, _ in items}
-    known = {tp for tp in tps if tp[1] in existing.get(tp[0], ())}
-    marks = many.watermarks(kafka, known)
-    committed: dict[tuple[str, int], int | None] = {}
-    for group in sorted({t.group for _, t in items}):
-        committed.update(many.committed(kafka, group, [tp for r, t in items if t.group == group
-                                                         for tp in [(r.topic, r.partition)] if tp in known]))
-    typings: dict[str, Any] = {}
-    planned: list[tuple[Outcome, Planned]] = []
-    for o in sorted(outcomes, key=lambda o: (o.range.topic, o.range.partition, o.range.start)):
-        r, topic = o.range, o.topic
-        if (r.topic, r.partition) not in known:
-            o.error, o.refused = _unknown(r, existing), True
-            continue
-        try:
-            if topic.name not in typings:
-                typings[topic.name] = typing_for(topic)
-            p = plan(r, topic, kafka, store, marks[(r.topic, r.partition)], committed[(r.topic, r.partition)],
-                     _prefix(store, topic), typings[topic.name], say)
-        except (RangeRefused, DataLoss) as e:
-            o.error, o.refused = str(e), True
-            continue
-        except Exception as e:  # noqa: BLE001 - this range's, not the batch's: said, retried by a later run
-            o.error = _one_line(e)
-            continue
-        if isinstance(p, Archived):
-            o.archived = p
-        else:
-            planned.append((o, p))
+    run = _Run(items, kafka, store, spark, say, typing_for)
+    try:
+        return run.run()
+    finally:
+        run.stores.close()
 
-    jobs = [j for _, p in planned for j in p.jobs]
-    tasks = pack(jobs)
-    if jobs:
-        say(f"{len(planned)} range(s) of {len({(p.range.topic, p.range.partition) for _, p in planned})} "
-            f"partition(s): {len(jobs)} slice(s) in {len(tasks)} Spark task(s)")
-        session = spark() if callable(spark) else spark
-        kafka.release_clients()  # range_run._archive says why: the Spark job is the run's long wait
-        results = iter(r for task in run_tasks(session, archive_slices, tasks, f"archive {len(planned)} ranges")
-                       for r in task)
-        written = 0
-        for o, p in planned:
-            slices = [next(results) for _ in p.jobs]
+
+class _Run:
+    """One `archive_batch`: its outcomes, and what Kafka said of their partitions once for all."""
+
+    def __init__(self, items, kafka: KafkaClient, store: Store, spark: Any, say: Callable[[str], None],
+                 typing_for: Callable[[TopicConfig], Any]):
+        self.t0 = time.monotonic()
+        self.kafka, self.store, self.spark, self.say, self.typing_for = kafka, store, spark, say, typing_for
+        self.outcomes = [Outcome(r, t, location=_location(store, t, r)) for r, t in items]
+        self.stores = _Stores(store.params)
+        self.planned: list[tuple[Outcome, Planned]] = []
+        self.slices: dict[int, list] = {}  # id(outcome) -> its slices' results
+        self.written = 0
+        self.lock = threading.Lock()
+
+    def run(self) -> Batch:
+        self.ask_kafka()
+        self.stores.each(self.check, _by_partition(self.outcomes))
+        self.planned.sort(key=lambda x: (x[1].range.topic, x[1].range.partition, x[1].range.start))
+        jobs = [j for _, p in self.planned for j in p.jobs]
+        tasks = pack(jobs)
+        if jobs:
+            self.say(f"{len(self.planned)} range(s) of {len({(p.range.topic, p.range.partition) for _, p in self.planned})} "
+                     f"partition(s): {len(jobs)} slice(s) in {len(tasks)} Spark task(s)")
+            session = self.spark() if callable(self.spark) else self.spark
+            self.kafka.release_clients()  # range_run._archive says why: the Spark job is the run's long wait
+            results = iter(r for task in run_tasks(session, archive_slices, tasks, f"archive {len(self.planned)} ranges")
+                           for r in task)
+            self.slices = {id(o): [next(results) for _ in p.jobs] for o, p in self.planned}
+            groups: dict[tuple[str, int], list] = {}
+            for o, p in self.planned:
+                groups.setdefault((p.range.topic, p.range.partition), []).append((o, p))
+            self.stores.each(self.write, list(groups.values()))
+        notes = self.commit()
+        elapsed = time.monotonic() - self.t0
+        for o in self.outcomes:
+            if o.ok:
+                o.archived.duration_s = elapsed  # the batch's: each range was archived within it
+        return Batch(self.outcomes, elapsed, len(tasks), notes)
+
+    def ask_kafka(self) -> None:
+        """Step 1: the topics' partitions, their offsets and the groups' committed offsets, once."""
+        self.existing = many.topics(self.kafka)
+        tps = {(o.range.topic, o.range.partition) for o in self.outcomes}
+        self.known = {tp for tp in tps if tp[1] in self.existing.get(tp[0], ())}
+        self.marks = many.watermarks(self.kafka, self.known)
+        self.committed: dict[tuple[str, int], int | None] = {}
+        for group in sorted({o.topic.group for o in self.outcomes}):
+            self.committed.update(many.committed(self.kafka, group, [
+                (o.range.topic, o.range.partition) for o in self.outcomes
+                if o.topic.group == group and (o.range.topic, o.range.partition) in self.known]))
+        self.typings: dict[str, Any] = {}
+        for name, topic in {o.topic.name: o.topic for o in self.outcomes}.items():
+            try:
+                self.typings[name] = self.typing_for(topic)
+            except Exception as e:  # noqa: BLE001 - the topic's ranges are not archived, the others go on
+                for o in self.outcomes:
+                    if o.topic.name == name:
+                        o.error = _one_line(e)
+
+    def check(self, group: list[Outcome], store: Store) -> None:
+        """Step 2 for one partition's ranges, in offset order."""
+        for o in group:
+            r, topic, tp = o.range, o.topic, (o.range.topic, o.range.partition)
+            if o.error is not None:
+                continue
+            if tp not in self.known:
+                o.error, o.refused = _unknown(r, self.existing), True
+                continue
+            try:
+                p = plan(r, topic, self.kafka, store, self.marks[tp], self.committed[tp], _prefix(store, topic),
+                         self.typings[topic.name], self.say)
+            except (RangeRefused, DataLoss) as e:
+                o.error, o.refused = str(e), True
+                continue
+            except Exception as e:  # noqa: BLE001 - this range's, not the batch's: said, retried by a later run
+                o.error = _one_line(e)
+                continue
+            if isinstance(p, Archived):
+                o.archived = p
+            else:
+                with self.lock:
+                    self.planned.append((o, p))
+
+    def write(self, group: list[tuple[Outcome, Planned]], store: Store) -> None:
+        """Step 4 for one partition's ranges, in offset order: a manifest for each range whose slices all wrote."""
+        for o, p in group:
+            slices = self.slices[id(o)]
             refused = [e["refused"] for s in slices if isinstance(s, list) for e in s if "refused" in e]
             failed = [s["failed"] for s in slices if isinstance(s, dict)]
             if refused or failed:
                 o.error, o.refused = (refused or failed)[0], bool(refused)
                 continue
             try:
-                o.archived = write_manifest(p, [e for s in slices for e in s], store, say)
+                o.archived = write_manifest(p, [e for s in slices for e in s], store, self.say)
             except Exception as e:  # noqa: BLE001 - no manifest: the range is not archived, a later run writes it
                 o.error = _one_line(e)
                 continue
-            written += 1
-            faults.at(f"batch-after-manifest-{written}")
+            with self.lock:
+                self.written += 1
+                n = self.written
+            faults.at(f"batch-after-manifest-{n}")
 
-    lows = {tp: marks[tp][0] for tp in known}
-    done = [o for o in outcomes if o.ok]
-    parts = sorted({(o.range.topic, o.range.partition): o.topic for o in done}.items())
-    after = advance_many(kafka, store, [(_prefix(store, t), t, p, lows[(name, p)]) for (name, p), t in parts])
-    faults.at("batch-after-commit")
-    for o in done:
-        o.archived.committed_after = after[(o.range.topic, o.range.partition)]
-    notes: list[str] = []
-    for (name, p), t in parts:
-        for o in [o for o in done if (o.range.topic, o.range.partition) == (name, p)]:
+    def commit(self) -> list[str]:
+        """Steps 5 and 6: the committed offsets of the partitions with ranges archived, their tables."""
+        done = [o for o in self.outcomes if o.ok]
+        parts = sorted({(o.range.topic, o.range.partition): o.topic for o in done}.items())
+        after = advance_many(self.kafka, self.store, [(_prefix(self.store, t), t, p, self.marks[(name, p)][0])
+                                                      for (name, p), t in parts], each=self.stores.each)
+        faults.at("batch-after-commit")
+        notes: list[str] = []
+        for o in done:
+            o.archived.committed_after = after[(o.range.topic, o.range.partition)]
             notes += o.archived.notes
-        notes += keep_table(store, _prefix(store, t), t, p, say)
-    return Batch(outcomes, time.monotonic() - t0, len(tasks), notes)
+        for (name, p), t in parts:
+            try:
+                notes += keep_table(self.store, _prefix(self.store, t), t, p, self.say)
+            except TableError as e:  # the ranges are archived and committed: only the table waits for a later run
+                notes.append(str(e))
+        return notes
+
+
+class _Stores:
+    """A Store per thread of a pool (a Store is one connection, not thread-safe), all closed at the end."""
+
+    def __init__(self, params):
+        self.params, self._local, self._made, self._lock = params, threading.local(), [], threading.Lock()
+
+    def get(self) -> Store:
+        store = getattr(self._local, "store", None)
+        if store is None:
+            store = self._local.store = Store(self.params)
+            with self._lock:
+                self._made.append(store)
+        return store
+
+    def each(self, fn: Callable[[Any, Store], Any], items: list) -> list:
+        """`[fn(item, store) for item in items]`, from THREADS threads, each with its own Store."""
+        if len(items) <= 1:
+            return [fn(item, self.get()) for item in items]
+        with ThreadPoolExecutor(min(THREADS, len(items)), thread_name_prefix="batch") as pool:
+            return list(pool.map(lambda item: fn(item, self.get()), items))
+
+    def close(self) -> None:
+        for store in self._made:
+            store.close()
+
+
+def _by_partition(outcomes: list[Outcome]) -> list[list[Outcome]]:
+    """The outcomes grouped by partition, each group in offset order."""
+    groups: dict[tuple[str, int], list[Outcome]] = {}
+    for o in sorted(outcomes, key=lambda o: (o.range.topic, o.range.partition, o.range.start)):
+        groups.setdefault((o.range.topic, o.range.partition), []).append(o)
+    return list(groups.values())
 
 
 def pack(jobs: list[SliceJob], most_offsets: int = PACK_OFFSETS, most_slices: int = PACK_SLICES) -> list[list[SliceJob]]:

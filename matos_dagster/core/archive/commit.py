@@ -7,7 +7,7 @@ No Dagster imports.
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Callable, Iterator
 
 from matos_dagster.core.kafka import many
 from matos_dagster.core.kafka.client import KafkaClient
@@ -44,12 +44,16 @@ def advance(kafka: KafkaClient, store: Store, prefix: str, topic: TopicConfig, p
     return kafka.committed(topic.name, [partition], topic.group)[partition]
 
 
-def advance_many(kafka: KafkaClient, store: Store,
-                 parts: list[tuple[str, TopicConfig, int, int]]) -> dict[tuple[str, int], int | None]:
+def advance_many(kafka: KafkaClient, store: Store, parts: list[tuple[str, TopicConfig, int, int]],
+                 each: Callable | None = None) -> dict[tuple[str, int], int | None]:
     """`advance` for many partitions (`(prefix, topic, partition, log start)` each) at once: per
     group one read of the committed offsets, one commit of every partition that moves and one
     read-back, instead of three requests a partition. Each partition's prefix is read from Swift
-    as `advance` reads it; the same re-commit if a read-back is behind. The committed offsets after."""
+    as `advance` reads it; the same re-commit if a read-back is behind. The committed offsets after.
+
+    `each(fn, items)`: `[fn(item, store) for item in items]`, or the same from a pool of threads
+    with a Store each (batch.py); by default in this thread, with `store`."""
+    each = each or (lambda fn, items: [fn(item, store) for item in items])
     out: dict[tuple[str, int], int | None] = {}
     for group in sorted({t.group for _, t, _, _ in parts}):
         mine = [(prefix, t, p, low) for prefix, t, p, low in parts if t.group == group]
@@ -57,14 +61,14 @@ def advance_many(kafka: KafkaClient, store: Store,
         ends: dict[tuple[str, int], int] = {}
         for _ in range(5):
             committed = many.committed(kafka, group, tps)
-            moves = {}
-            for prefix, t, p, low in mine:
-                tp = (t.name, p)
-                base = committed[tp] if committed[tp] is not None else low
-                if tp not in ends or ends[tp] < base:  # Swift is read once a partition, unless moved past
-                    ends[tp] = prefix_end(PartitionArchive(store, prefix, t.name, p), base)
-                if ends[tp] > base:
-                    moves[tp] = ends[tp]
+            bases = {(t.name, p): committed[(t.name, p)] if committed[(t.name, p)] is not None else low
+                     for _, t, p, low in mine}
+            # Swift is read once a partition, unless someone moved its offset past what was read.
+            stale = [(prefix, t, p) for prefix, t, p, _ in mine if ends.get((t.name, p), -1) < bases[(t.name, p)]]
+            found = each(lambda x, s: prefix_end(PartitionArchive(s, x[0], x[1].name, x[2]), bases[(x[1].name, x[2])]),
+                         stale)
+            ends.update({(t.name, p): end for (_, t, p), end in zip(stale, found)})
+            moves = {tp: ends[tp] for tp in tps if ends[tp] > bases[tp]}
             if not moves:
                 break
             many.commit(kafka, group, moves)

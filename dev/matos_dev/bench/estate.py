@@ -1,0 +1,295 @@
+"""`python -m matos_dev.bench.estate` (part of `make bench`; `make bench-estate` alone): an estate of topics
+kept archived by one deployment, at the default policy, as `make run` runs it.
+
+For each size (100 and 1,000 partitions by default: topics of 4 partitions), on the bench's own
+Kafka, Swift and Spark Connect server, with `dagster dev` (webserver, ONE daemon, code server)
+and a topics file of one pattern matching every topic:
+
+1. **first backlog**: 1,000 records of 200 bytes in every partition before Dagster starts; the
+   seconds from the daemon's start until every partition's committed offset is its log end;
+2. **idle CPU**: then nothing is produced for `--idle-s`; CPU-seconds of the daemon's and the
+   code server's processes over that time, per second of it (cores);
+3. **latency**: for `--steady-s`, a few busy topics get records at `--busy-rate` records/s and
+   every other partition a record every `--quiet-every-s`; each record's latency is the time
+   from its production until its partition's committed offset passes it (polled every second);
+4. **monitor**: the age of each topic's latest monitor verdict at the end (the oldest).
+
+Figures to results (JSON and a Markdown table for docs/performance/estate.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from matos_dagster.core.kafka import many
+from matos_dev.bench import dagster_dev
+from matos_dev.bench.stack import produce_records, running_stack
+from matos_dev.stack.process import free_port
+from matos_dev.stack.spark import SparkConnectServer
+
+PARTITIONS_PER_TOPIC = 4
+BACKLOG = 1_000  # records per partition
+VALUE_BYTES = 200
+
+
+def say(msg: str) -> None:
+    print(f"bench estate [{time.strftime('%H:%M:%S')}]: {msg}", flush=True)
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """utime + stime of the processes (their threads included), in seconds."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / tick
+
+
+def service_pids(dev: dagster_dev.DagsterDev) -> dict[str, list[int]]:
+    """The daemon's and the code server's processes of `dagster dev`'s session (not the run workers')."""
+    out: dict[str, list[int]] = {"daemon": [], "code_server": [], "webserver": []}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or not dev.owns(int(entry.name)):
+            continue
+        cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        if "dagster._daemon run" in cmd or "dagster-daemon run" in cmd:
+            out["daemon"].append(int(entry.name))
+        elif "api grpc" in cmd or "code-server" in cmd:
+            out["code_server"].append(int(entry.name))
+        elif "dagster-webserver" in cmd or "dagster_webserver" in cmd:
+            out["webserver"].append(int(entry.name))
+    return out
+
+
+class Committed:
+    """Polls every partition's committed offset each second; `when(tp, offset)` is when it first passed."""
+
+    def __init__(self, kafka, group: str, tps: list[tuple[str, int]]):
+        self.kafka, self.group, self.tps = kafka, group, tps
+        self.history: dict[tuple[str, int], list[tuple[float, int]]] = {tp: [] for tp in tps}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        with self.kafka.kept_clients():
+            while not self._stop.is_set():
+                now = time.time()
+                try:
+                    got = many.committed(self.kafka, self.group, self.tps)
+                except Exception:  # noqa: BLE001 - a missed poll costs a second of precision
+                    got = {}
+                for tp, c in got.items():
+                    h = self.history[tp]
+                    if c is not None and (not h or h[-1][1] != c):
+                        h.append((now, c))
+                self._stop.wait(1.0)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(10)
+
+    def latest(self, tp) -> int:
+        h = self.history[tp]
+        return h[-1][1] if h else -1
+
+    def when(self, tp, offset: int) -> float | None:
+        for t, c in self.history[tp]:
+            if c > offset:
+                return t
+        return None
+
+
+def _percentile(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
+
+
+def measure(stack, tmp: Path, partitions: int, idle_s: float, steady_s: float, busy_topics: int,
+            busy_rate: float, quiet_every_s: float, interval_s: int = 30) -> dict:
+    run = uuid.uuid4().hex[:6]
+    topics = [f"estate-{run}-{i:04d}" for i in range(max(1, partitions // PARTITIONS_PER_TOPIC))]
+    kafka = stack.kafka()
+    for t in topics:
+        stack.create_topic(t, PARTITIONS_PER_TOPIC)
+    tps = [(t, p) for t in topics for p in range(PARTITIONS_PER_TOPIC)]
+    value = os.urandom(VALUE_BYTES)
+    say(f"{len(topics)} topics x {PARTITIONS_PER_TOPIC} partitions: producing {BACKLOG} records into each")
+    for t in topics:
+        produce_records(kafka, t, ((f"k{i}".encode(), value, [], p) for p in range(PARTITIONS_PER_TOPIC)
+                                   for i in range(BACKLOG)))
+    spark = SparkConnectServer(tmp / "spark", port=free_port())
+    spark.start()
+    container = f"bench-estate-{run}"
+    settings = dagster_dev.stack_settings(stack, container, spark.url, interval_s)
+    topics_yaml = f'topics:\n  - pattern: "estate-{run}-.*"\n    time_window: none\n'
+    out: dict = {"partitions": len(tps), "topics": len(topics), "backlog_records": len(tps) * BACKLOG}
+    try:
+        with dagster_dev.running(tmp, topics_yaml, settings) as dev, \
+                Committed(kafka, "matos-archiver", tps) as committed:
+            t0 = time.time()
+            ends = many.watermarks(kafka, tps)
+            while any(committed.latest(tp) < ends[tp][1] for tp in tps):
+                dev.check()
+                if time.time() - t0 > 3600:
+                    raise TimeoutError("the first backlog was not archived within an hour")
+                time.sleep(1)
+            out["first_backlog_s"] = round(max(committed.when(tp, ends[tp][1] - 1) for tp in tps) - t0, 1)
+            say(f"first backlog archived in {out['first_backlog_s']} s")
+
+            time.sleep(2 * interval_s)  # the runs of the backlog end, the monitor's catch up
+            pids = service_pids(dev)
+            c0, w0 = {k: cpu_seconds(v) for k, v in pids.items()}, time.monotonic()
+            time.sleep(idle_s)
+            elapsed = time.monotonic() - w0
+            out["idle_cores"] = {k: round((cpu_seconds(v) - c0[k]) / elapsed, 4) for k, v in pids.items()}
+            out["idle_cores"]["daemon_and_code_server"] = round(
+                out["idle_cores"]["daemon"] + out["idle_cores"]["code_server"], 4)
+            say(f"idle: {out['idle_cores']}")
+
+            produced = steady(kafka, topics, busy_topics, busy_rate, quiet_every_s, steady_s)
+            last = {tp: max(o for (t, p, o) in produced if (t, p) == tp) for tp in {(t, p) for t, p, _ in produced}}
+            drain = time.time() + 600
+            while any(committed.latest(tp) <= o for tp, o in last.items()) and time.time() < drain:
+                time.sleep(1)
+            lat = []
+            missing = 0
+            for (t, p, o), sent in produced.items():
+                when = committed.when((t, p), o)
+                if when is None:
+                    missing += 1
+                else:
+                    lat.append(when - sent)
+            out["steady"] = {"records": len(produced), "not_committed": missing,
+                             "median_s": round(statistics.median(lat), 1) if lat else None,
+                             "p95_s": round(_percentile(lat, 0.95), 1) if lat else None,
+                             "max_s": round(max(lat), 1) if lat else None,
+                             "busy_topics": busy_topics, "busy_rate": busy_rate, "quiet_every_s": quiet_every_s}
+            say(f"steady: {out['steady']}")
+            out["monitor_oldest_verdict_s"] = monitor_age(dev.home, topics)
+            out["runs"] = runs(dev.home)
+    finally:
+        spark.stop()
+        stack.drop_container(container)
+    return out
+
+
+def steady(kafka, topics: list[str], busy: int, rate: float, quiet_every_s: float, seconds: float) -> dict:
+    """Produce for `seconds`: the first `busy` topics at `rate` records/s each, the others a record per
+    partition every `quiet_every_s`; {(topic, partition, offset): time sent}."""
+    produced: dict = {}
+    producer = kafka.producer(**{"linger.ms": 5})
+    value = os.urandom(VALUE_BYTES)
+
+    def delivered(sent, err, msg):
+        if err is None:
+            produced[(msg.topic(), msg.partition(), msg.offset())] = sent
+
+    t0 = time.monotonic()
+    sent_busy = 0
+    next_quiet = t0
+    while time.monotonic() - t0 < seconds:
+        now = time.monotonic()
+        while sent_busy < int((now - t0) * rate):
+            for t in topics[:busy]:
+                p = sent_busy % PARTITIONS_PER_TOPIC
+                producer.produce(t, value=value, partition=p, on_delivery=lambda e, m, s=time.time(): delivered(s, e, m))
+            sent_busy += 1
+        if now >= next_quiet:
+            for t in topics[busy:]:
+                for p in range(PARTITIONS_PER_TOPIC):
+                    producer.produce(t, value=value, partition=p,
+                                     on_delivery=lambda e, m, s=time.time(): delivered(s, e, m))
+            next_quiet += quiet_every_s
+        producer.poll(0)
+        time.sleep(0.01)
+    if producer.flush(60):
+        raise RuntimeError("records left unsent")
+    return produced
+
+
+def monitor_age(home: Path, topics: list[str]) -> float | None:
+    """Seconds since the oldest of the topics' latest monitor verdicts (None if a topic has none)."""
+    from dagster import AssetCheckKey, AssetKey, DagsterInstance
+
+    keys = [AssetCheckKey(AssetKey("archive_" + t.replace("-", "_")), "monitor") for t in topics]
+    with DagsterInstance.from_config(str(home)) as instance:
+        latest = instance.event_log_storage.get_latest_asset_check_execution_by_key(keys)
+    stamps = [r.event.timestamp for r in latest.values() if r is not None and r.event is not None]
+    if len(stamps) < len(keys):
+        return None
+    return round(time.time() - min(stamps), 1)
+
+
+def runs(home: Path) -> dict:
+    from dagster import DagsterInstance
+
+    with DagsterInstance.from_config(str(home)) as instance:
+        records = instance.get_run_records()
+    jobs: dict[str, int] = {}
+    for r in records:
+        jobs[r.dagster_run.job_name] = jobs.get(r.dagster_run.job_name, 0) + 1
+    return jobs
+
+
+def markdown(results: list[dict]) -> str:
+    rows = ["| figure | " + " | ".join(f"{r['partitions']:,} partitions" for r in results) + " | target |",
+            "| --- | " + " | ".join("---:" for _ in results) + " | --- |"]
+
+    def row(name, get, target):
+        rows.append(f"| {name} | " + " | ".join(str(get(r)) for r in results) + f" | {target} |")
+
+    row("topics × partitions", lambda r: f"{r['topics']} × {PARTITIONS_PER_TOPIC}", "")
+    row(f"first backlog ({BACKLOG:,} records a partition), s", lambda r: r.get("first_backlog_s"), "< 180")
+    row("record → committed, median s", lambda r: r.get("steady", {}).get("median_s"), "")
+    row("record → committed, p95 s", lambda r: r.get("steady", {}).get("p95_s"), "≤ 60")
+    row("records not committed", lambda r: r.get("steady", {}).get("not_committed"), "0")
+    row("idle CPU, daemon + code server, cores", lambda r: r.get("idle_cores", {}).get("daemon_and_code_server"),
+        "< 0.1")
+    row("oldest monitor verdict at the end, s", lambda r: r.get("monitor_oldest_verdict_s"), "≤ 300")
+    row("runs", lambda r: ", ".join(f"{k} {v}" for k, v in sorted(r.get("runs", {}).items())), "")
+    return "\n".join(rows) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m matos_dev.bench.estate", description=__doc__.split("\n\n")[0])
+    p.add_argument("--partitions", default="100,1000", help="sizes, comma-separated (default 100,1000)")
+    p.add_argument("--idle-s", type=float, default=180.0)
+    p.add_argument("--steady-s", type=float, default=300.0)
+    p.add_argument("--busy-topics", type=int, default=2)
+    p.add_argument("--busy-rate", type=float, default=100.0, help="records/s per busy topic")
+    p.add_argument("--quiet-every-s", type=float, default=60.0, help="a record per quiet partition every ...")
+    p.add_argument("--out", default=".bench")
+    a = p.parse_args(argv)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = []
+    for n in [int(x) for x in a.partitions.split(",")]:
+        with running_stack() as stack:
+            tmp = out / f"estate-{n}-{uuid.uuid4().hex[:6]}"
+            tmp.mkdir(parents=True)
+            results.append(measure(stack, tmp, n, a.idle_s, a.steady_s, a.busy_topics, a.busy_rate,
+                                   a.quiet_every_s))
+        (out / "estate.json").write_text(json.dumps(results, indent=2))
+        (out / "estate.md").write_text(markdown(results))
+    print(markdown(results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
