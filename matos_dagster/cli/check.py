@@ -44,8 +44,8 @@ def parts() -> Iterator[tuple[str, str, str]]:
         for part in ("kafka", "swift", "spark", "dagster"):
             yield part, SKIP, "the topics file must load first"
         return
-    topics = definitions.TOPICS
-    yield "topics", OK, f"{settings.get('MATOS_TOPICS_FILE')}: {', '.join(t.name for t in topics)}"
+    topics = definitions.TOPIC_SET
+    yield "topics", OK, f"{settings.get('MATOS_TOPICS_FILE')}: {topics.describe()}"
     resources = definitions.RESOURCES
     yield _part("kafka", lambda: _kafka(resources["kafka"], topics))
     yield _part("swift", lambda: _swift(resources["swift"]))
@@ -62,22 +62,30 @@ def _part(name: str, ask: Callable[[], str]) -> tuple[str, str, str]:
     return name, OK, f"{text} ({time.monotonic() - started:.1f}s)"
 
 
-def _kafka(resource, topics) -> str:
+def _kafka(resource, topic_set) -> str:
+    from matos_dagster.core.kafka import many
     from matos_dagster.core.kafka.errors import UnknownTopic
 
     kafka = resource.process_config_and_initialize()
-    found = []
     with kafka.kept_clients():
-        for topic in topics:
-            try:
-                parts = kafka.partitions(topic.name)
-            except UnknownTopic:
-                raise UnknownTopic(f"topic {topic.name!r} of the topics file does not exist on "
-                                   f"{kafka.bootstrap_servers}: create it, or take it out of the topics file") from None
-            committed = kafka.committed(topic.name, parts, topic.group)
-            done = sum(o is not None for o in committed.values())
-            found.append(f"{topic.name} ({len(parts)} partitions, group {topic.group} committed on {done})")
-    return f"{kafka.bootstrap_servers} ({kafka.security_protocol}): " + ", ".join(found)
+        existing = many.topics(kafka)
+        resolved = topic_set.resolve(existing)
+        if resolved.missing:
+            raise UnknownTopic(f"topic {resolved.missing[0]!r} of the topics file does not exist on "
+                               f"{kafka.bootstrap_servers}: create it, or take it out of the topics file")
+        found, parts, done = [], 0, 0
+        for group in sorted({t.group for t in resolved.topics}):
+            mine = [t for t in resolved.topics if t.group == group]
+            committed = many.committed(kafka, group, [(t.name, p) for t in mine for p in existing[t.name]])
+            parts += len(committed)
+            done += sum(o is not None for o in committed.values())
+        for t in resolved.topics[:5]:
+            found.append(f"{t.name} ({len(existing[t.name])} partitions)")
+    more = f" and {len(resolved.topics) - 5} more" if len(resolved.topics) > 5 else ""
+    matched = len(resolved.topics) - len(topic_set)
+    by_pattern = f" ({matched} by pattern)" if topic_set.patterns else ""
+    return (f"{kafka.bootstrap_servers} ({kafka.security_protocol}): {len(resolved.topics)} topic(s){by_pattern}, "
+            f"{parts} partitions, committed on {done}: " + ", ".join(found) + more)
 
 
 def _swift(resource) -> str:

@@ -72,8 +72,9 @@ def topic_of(name: str):
     """The topics file's entry for `name`; Refused (before anything reaches the network) if none."""
     from matos_dagster import definitions
     from matos_dagster.core import settings
-    by_name = {t.name: t for t in definitions.TOPICS}
-    if name not in by_name:
-        raise Refused(f"topic {name!r} is not in the topics file ({settings.get('MATOS_TOPICS_FILE')}); "
-                      f"it has {sorted(by_name)}")
-    return by_name[name]
+    from matos_dagster.core.topic_set import not_found
+
+    topic = definitions.TOPIC_SET.get(name)
+    if topic is None:
+        raise Refused(f"{not_found(definitions.TOPIC_SET, name)} ({settings.get('MATOS_TOPICS_FILE')})")
+    return topic

@@ -134,9 +134,16 @@ def remove_key(args: argparse.Namespace) -> int:
     from dagster import DagsterInstance
 
     from matos_dagster import definitions
+    from matos_dagster.core.offsets.ranges import MalformedKey, parse_key
+
     with DagsterInstance.get() as instance:
         for key in args.keys:
-            owners = [t for t in definitions.TOPICS if instance.has_dynamic_partition(t.partitions_name, key)]
+            try:
+                named = definitions.TOPIC_SET.get(parse_key(key).topic)
+            except MalformedKey:
+                named = None
+            candidates = [named] if named is not None else definitions.TOPICS
+            owners = [t for t in candidates if instance.has_dynamic_partition(t.partitions_name, key)]
             if not owners:
                 raise Refused(f"no archive asset has the partition key {key!r}; nothing removed")
             for t in owners:

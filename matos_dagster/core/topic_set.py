@@ -125,4 +125,4 @@ def as_set(topics: "TopicSet | Iterable[TopicConfig]") -> TopicSet:
 
 def not_found(topics: TopicSet, name: str) -> str:
     """The one line that says a topic is not in the topics file, and what is."""
-    return f"topic {name!r} matches nothing in the topics file; it has {topics.describe() or 'nothing'}"
+    return f"topic {name!r} is not in the topics file (no name or pattern matches it); it has {topics.describe()}"

@@ -34,6 +34,7 @@ from matos_dagster.assets.archive import metadata
 from matos_dagster.core.archive.batch import Outcome, archive_batch
 from matos_dagster.core.offsets.ranges import MalformedKey, OffsetRange, parse_key
 from matos_dagster.core.runs import heartbeat
+from matos_dagster.core.topic_set import not_found
 from matos_dagster.dead_runs import beating
 from matos_dagster.resources import KafkaResource, SparkResource, SwiftResource
 from matos_dagster.turns import BATCH_OP, BATCH_TAG, claim, wait_for_turns, where
@@ -61,7 +62,7 @@ def archive_ranges_job(topics) -> JobDefinition:
                 continue
             topic = topics.get(r.topic)
             if topic is None:
-                refused.append(f"{key}: topic {r.topic!r} matches nothing in the topics file ({topics.describe()})")
+                refused.append(f"{key}: {not_found(topics, r.topic)}")
                 continue
             items.append((r, topic))
         if refused:  # before anything is claimed or written: the run changes nothing

@@ -43,7 +43,7 @@ def test_check_says_ok_for_each_part_of_a_working_setup_and_leaves_no_probe(tmp_
     code, parts = check(env, tmp_path)
     assert code == 0, "\n".join(f"{k}: {v}" for k, v in parts.items())
     assert {status for status, _ in parts.values()} == {"OK"}, parts
-    assert f"{topic} (3 partitions, group matos-archiver committed on 0)" in parts["kafka"][1]
+    assert f"1 topic(s), 3 partitions, committed on 0: {topic} (3 partitions)" in parts["kafka"][1]
     assert f"container {container} writable (probe written, removed)" in parts["swift"][1]
     assert f"Spark Connect server {connect_server.url} answers" in parts["spark"][1]
     with swift.store() as store:
