@@ -11,7 +11,7 @@ import os
 from dagster import Definitions, EnvVar, in_process_executor
 
 from matos_dagster.assets.archive import archive_asset, ranges_partitions
-from matos_dagster.assets.monitor import monitor_automation, monitor_check
+from matos_dagster.assets.monitor import monitor_check, monitor_job
 from matos_dagster.assets.windows import summary_asset, windows_asset, windows_automation, windows_job, windows_sensor
 from matos_dagster.core import settings, topics
 from matos_dagster.jobs.backfill import backfill_job
@@ -25,6 +25,7 @@ from matos_dagster.jobs.retention import retention_job, retention_schedule
 from matos_dagster.jobs.verify import verify_job
 from matos_dagster.resources import KafkaResource, SparkResource, SwiftResource
 from matos_dagster.sensors.lag import lag_sensor
+from matos_dagster.sensors.monitor import monitor_sensor
 
 settings.check()  # a bad setting is one line naming it, before any resource is built
 settings.apply_defaults()
@@ -68,8 +69,8 @@ RESOURCES = {
 }
 
 CHECKS = [monitor_check(t) for t in TOPICS]
-MONITORS = [monitor_automation(t, c, os.environ["MATOS_MONITOR_CRON"]) for t, c in zip(TOPICS, CHECKS)]
 SENSOR_INTERVAL_S = int(os.environ["MATOS_SENSOR_INTERVAL_S"])
+MONITOR = monitor_sensor(TOPICS, int(os.environ["MATOS_MONITOR_INTERVAL_S"]), SENSOR_INTERVAL_S)
 RETENTION = retention_job(TOPICS)
 COMPACT = compact_job(TOPICS)
 ADD_RANGES = add_ranges_job(TOPICS)
@@ -80,13 +81,12 @@ defs = Definitions(
     assets=[archive_asset(t) for t in TOPICS] + [windows_asset(t) for t in TIMED] + [summary_asset(t) for t in TIMED],
     asset_checks=CHECKS,
     jobs=[load, ADD_RANGES, backfill_job(TOPICS, ADD_RANGES, lambda: defs.resolve_asset_graph()), acknowledge_loss_job(TOPICS), restore_job(TOPICS), verify_job(TOPICS), RETENTION, COMPACT,
-          iceberg_job(TOPICS), *WINDOW_JOBS],
-    sensors=[lag_sensor(t, ranges_partitions(t), SENSOR_INTERVAL_S) for t in TOPICS] + [s for _, s in MONITORS]
+          iceberg_job(TOPICS), monitor_job(CHECKS), *WINDOW_JOBS],
+    sensors=[lag_sensor(t, ranges_partitions(t), SENSOR_INTERVAL_S) for t in TOPICS] + [MONITOR]
     + [windows_sensor(t, j, SENSOR_INTERVAL_S) for t, j in zip(TIMED, WINDOW_JOBS)]
     + ([windows_automation(SENSOR_INTERVAL_S)] if TIMED else []),
-    schedules=[schedule for schedule, _ in MONITORS]
-    + [retention_schedule(RETENTION, os.environ["MATOS_RETENTION_CRON"]),
-       compact_schedule(COMPACT, TOPICS, os.environ["MATOS_COMPACT_CRON"])],
+    schedules=[retention_schedule(RETENTION, os.environ["MATOS_RETENTION_CRON"]),
+               compact_schedule(COMPACT, TOPICS, os.environ["MATOS_COMPACT_CRON"])],
     resources=RESOURCES,
     # Every Spark step in its own process would start its own JVM: run steps in the run's process.
     executor=in_process_executor,
