@@ -99,24 +99,26 @@ class Evaluated:
         self.due: dict[str, str] = {}  # topic -> why it was evaluated
         self.left: list[str] = []  # due, but the time was up: the next tick's first
         self.fresh = 0  # not due
+        self.oldest = 0.0  # when the oldest verdict left standing was made (0: a topic has none)
 
 
 def evaluate(instance: DagsterInstance, kafka: KafkaResource, swift: SwiftResource, topics: Sequence[TopicConfig],
              listing: dict[str, list[int]] | None = None, max_age_s: float | None = None,
-             deadline: float | None = None) -> Evaluated:
+             deadline: float | None = None, offsets: dict[str, dict[int, verdict.Offsets]] | None = None) -> Evaluated:
     """The monitor's verdict of each topic that is due, as check evaluations, stalest first.
 
     `listing`: the cluster's topics (many.topics), if the caller has it; a topic missing from it
     gets a verdict saying so. `max_age_s`: evaluate only topics whose verdict is this old or whose
     committed offsets moved since (None: every topic). `deadline` (time.monotonic()): no topic is
-    begun after it, though at least one is; the others are left for the next call.
+    begun after it, though at least one is; the others are left for the next call. `offsets`: the
+    topics' (verdict.kafka_offsets), if the caller has them.
     """
     now = time.time()
     out = Evaluated()
     params = swift.params()
     with kafka.kept_clients():  # one admin and one consumer per group for every question
         listing = many.topics(kafka) if listing is None else listing
-        offsets = verdict.kafka_offsets(kafka, list(topics), listing)
+        offsets = verdict.kafka_offsets(kafka, list(topics), listing) if offsets is None else offsets
         previous = read_previous(instance, topics)
         order = []
         for t in topics:
@@ -147,6 +149,8 @@ def evaluate(instance: DagsterInstance, kafka: KafkaResource, swift: SwiftResour
             out.evaluations.append(check_evaluation(v))
     finally:
         store.close()
+    made = {name: now for name in out.due if name not in out.left}
+    out.oldest = min((made.get(t.name, previous.get(t.name, NEVER).t) for t in topics), default=now)
     return out
 
 

@@ -4,6 +4,7 @@ it never reads an untyped topic's manifests) and offsets committed in Kafka, as 
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 
@@ -41,6 +42,7 @@ class Estate:
         self.names = [f"{self.base}-{i:02d}" for i in range(n)]
         self.missing = f"{self.base}-named-but-never-created"
         self.group = f"g-{uuid.uuid4().hex[:6]}"
+        self.cursor: str | None = None
         admin = kafka.admin()
         for f in admin.create_topics([NewTopic(t, num_partitions=partitions, replication_factor=1)
                                       for t in self.names]).values():
@@ -65,11 +67,12 @@ class Estate:
         if commit:
             many.commit(self.kafka, self.group, commit)
 
-    def tick(self, interval_s: int = 300, tick_s: int = 30, budget_s: float = 30.0) -> dict:
-        """One sensor evaluation, its verdicts reported as the daemon reports them: by topic."""
-        sensor = monitor_sensor(self.topics, interval_s, tick_s, budget_s)
-        result = sensor(build_sensor_context(instance=self.instance, sensor_name=sensor.name,
+    def tick(self, interval_s: int = 300, tick_s: int = 30, budget_s: float = 30.0, keep: int = 300) -> dict:
+        """One sensor evaluation, its verdicts reported and its cursor kept as the daemon does: by topic."""
+        sensor = monitor_sensor(self.topics, interval_s, tick_s, budget_s, keep)
+        result = sensor(build_sensor_context(instance=self.instance, sensor_name=sensor.name, cursor=self.cursor,
                                              resources={"kafka": self.kafka, "swift": self.swift}))
+        self.cursor = result.cursor
         for e in result.asset_events:
             self.instance.report_runless_asset_event(e)
         return {_topic_of(e): e for e in result.asset_events}
@@ -173,28 +176,36 @@ def test_a_quiet_re_evaluation_asks_swift_nothing_for_partitions_that_did_not_mo
 
 
 def test_a_topic_whose_committed_offset_moved_is_evaluated_at_the_next_tick_though_its_verdict_is_fresh(
-        kafka, swift, instance):
+        kafka, swift, instance, monkeypatch):
     estate = Estate(kafka, swift, instance, 4)
     assert len(estate.tick(interval_s=3600)) == 5  # every topic's first verdict
-    assert estate.tick(interval_s=3600) == {}  # all fresh, nothing moved
+    reads = []
+    storage = type(instance.event_log_storage)
+    real = storage.get_latest_asset_check_execution_by_key
+    monkeypatch.setattr(storage, "get_latest_asset_check_execution_by_key",
+                        lambda self, keys, *a, **kw: reads.append(len(keys)) or real(self, keys, *a, **kw))
+    assert estate.tick(interval_s=3600) == {} and reads == []  # all fresh, nothing moved: no verdict even read
     moved = estate.names[1]
     produce(kafka, moved, [(b"k", b"v", [], 0)] * 10)
     estate.archive([(moved, 0, 20, 30)], {(moved, 0): 30})  # an archive run committed
     verdicts = estate.tick(interval_s=3600)
-    assert list(verdicts) == [moved]
+    assert list(verdicts) == [moved] and reads == [5]  # every topic's last verdict, in one query
     assert [(r["committed"], r["archived_hwm"], r["ranges"]) for r in rows(verdicts[moved])] == [(30, 30, 3), (20, 20, 2)]
 
 
 def test_the_sensors_verdict_carries_the_table_and_metadata_of_the_check_run(kafka, swift, instance, spark_resource):
-    estate = Estate(kafka, swift, instance, 1)
-    (name,) = estate.names
+    """The check executed in a run (as `matos monitor TOPIC` runs it: the monitor job's subset of one
+    topic) judges as the sensor does, and takes the sensor's verdict as its last."""
+    estate = Estate(kafka, swift, instance, 2)
+    name = estate.names[0]
     from_sensor = estate.tick()[name]
-    topic = estate.topics.get(name)
-    check = monitor_check(topic)
-    defs = Definitions(assets=[archive_asset(topic)], asset_checks=[check], jobs=[monitor_job([check])],
+    topics = [estate.topics.get(n) for n in estate.names]
+    checks = [monitor_check(t) for t in topics]
+    defs = Definitions(assets=[archive_asset(t) for t in topics], asset_checks=checks, jobs=[monitor_job(checks)],
                        resources={"kafka": kafka, "swift": swift, "spark": spark_resource})
-    result = defs.resolve_job_def(MONITOR_JOB).execute_in_process(instance=instance)
-    (from_run,) = result.get_asset_check_evaluations()
+    job = defs.resolve_job_def(MONITOR_JOB).get_subset(asset_check_selection={check_key(topics[0])})
+    (from_run,) = job.execute_in_process(instance=instance).get_asset_check_evaluations()
+    assert from_run.asset_key == from_sensor.asset_key
     assert set(from_run.metadata) == set(from_sensor.metadata)
     assert rows(from_run) == rows(from_sensor) and from_run.description == from_sensor.description
     # The run's verdict followed the sensor's: its window holds both evaluations' samples.
@@ -221,3 +232,29 @@ def test_out_of_time_a_tick_evaluates_the_stalest_topic_and_leaves_the_rest_to_t
     order = [list(estate.tick(interval_s=1, tick_s=1, budget_s=0)) for _ in range(5)]
     # Never-evaluated topics first (by name), then always the one whose verdict is oldest.
     assert order == [[n] for n in sorted(estate.names + [estate.missing])] + [[sorted(estate.names + [estate.missing])[0]]]
+
+
+def test_each_topic_keeps_its_newest_verdicts_only_in_the_checks_history_and_the_event_log(kafka, swift, instance):
+    import sqlalchemy
+    from dagster import DagsterEventType
+    from dagster._core.storage.event_log.schema import SqlEventLogStorageTable
+
+    estate = Estate(kafka, swift, instance, 2)
+    for _ in range(5):
+        estate.tick(interval_s=1, tick_s=1, keep=3)
+    assert len(instance.event_log_storage.get_asset_check_execution_history(
+        check_key(estate.topics.get(estate.names[0])), limit=100)) == 5  # pruned once an hour
+    estate.cursor = json.dumps({**json.loads(estate.cursor), "pruned": time.time() - 3600})  # an hour later
+    estate.tick(interval_s=1, tick_s=1, keep=3)
+    for topic in [estate.topics.get(n) for n in estate.names]:
+        history = instance.event_log_storage.get_asset_check_execution_history(check_key(topic), limit=100)
+        assert len(history) == 3 and all(h.run_id == "" for h in history)
+        # The latest verdict's window is whole all the same: it carries its own samples.
+        assert [len(s) for s in history[0].evaluation.metadata["samples"].value.values()] == [4, 4]
+    # The events themselves: in the event log of no run, and SQLite's index of events across runs.
+    kept = instance.all_logs("", of_type=DagsterEventType.ASSET_CHECK_EVALUATION)
+    assert len(kept) == 3 * (len(estate.names) + 1), len(kept)
+    with instance.event_log_storage.index_connection() as conn:
+        indexed = conn.execute(sqlalchemy.select(sqlalchemy.func.count()).where(
+            SqlEventLogStorageTable.c.dagster_event_type == "ASSET_CHECK_EVALUATION")).scalar()
+    assert indexed == len(kept)
