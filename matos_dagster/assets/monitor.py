@@ -133,7 +133,9 @@ def evaluate(instance: DagsterInstance, kafka: KafkaResource, swift: SwiftResour
         where = {t.name: f"{params.container}/{_prefix(params.prefix, t)}" for _, _, t in order}
         wanted = {(t.name, p): o for _, _, t in order if t.name in offsets
                   for p, o in verdict.waiting(previous.get(t.name, NEVER), offsets[t.name], where[t.name]).items()}
-        oldest = many.first_timestamps(kafka, wanted)
+        oldest: dict[str, dict[int, int | None]] = {}
+        for (name, p), ts in many.first_timestamps(kafka, wanted).items():
+            oldest.setdefault(name, {})[p] = ts
     store = _Lazy(swift)
     try:
         for i, (_, name, t) in enumerate(order):
@@ -144,8 +146,8 @@ def evaluate(instance: DagsterInstance, kafka: KafkaResource, swift: SwiftResour
             if name not in offsets:
                 v = verdict.missing(t, prev)
             else:
-                v = verdict.judge(t, offsets[name], {p: ts for (n, p), ts in oldest.items() if n == name}, prev,
-                                  where[name], _prefix(params.prefix, t), store, now)
+                v = verdict.judge(t, offsets[name], oldest.get(name, {}), prev, where[name], _prefix(params.prefix, t),
+                                  store, now)
             out.evaluations.append(check_evaluation(v))
     finally:
         store.close()
