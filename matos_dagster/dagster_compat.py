@@ -7,7 +7,7 @@ from dagster._core.storage.asset_check_execution_record import AssetCheckExecuti
 from dagster._core.storage.tags import PARTITION_NAME_TAG, RUN_KEY_TAG, SENSOR_NAME_TAG
 
 __all__ = ["AssetCheckExecutionRecordStatus", "PARTITION_NAME_TAG", "RUN_KEY_TAG", "SENSOR_NAME_TAG",
-           "event_log_shard", "submit_asset_backfill", "backfill_status"]
+           "event_log_shard", "submit_asset_backfill", "backfill_status", "prune_check_history"]
 
 
 def event_log_shard(instance, run_id: str) -> str | None:
@@ -41,3 +41,41 @@ def backfill_status(instance, backfill_id: str) -> tuple[str, bool]:
 
     status = instance.get_backfill(backfill_id).status
     return status.value, status in BULK_ACTION_TERMINAL_STATUSES
+
+
+def prune_check_history(instance, keys, keep: int) -> int:
+    """Delete each check's evaluations reported without a run but its newest `keep`: their rows of
+    the check's history and their events. Dagster bounds neither (its retention covers ticks only,
+    and runs are deleted by the retention job, not runless events). The number deleted."""
+    import sqlalchemy as db
+    from dagster._core.storage.event_log.schema import AssetCheckExecutionsTable as Executions
+    from dagster._core.storage.event_log.schema import SqlEventLogStorageTable as Events
+
+    storage = instance.event_log_storage
+    if not hasattr(storage, "index_connection"):
+        return 0  # not a SQL storage: nothing of ours to prune
+    deleted = 0
+    for key in keys:
+        asset = key.asset_key.to_string()
+        with storage.index_connection() as conn:
+            old = conn.execute(
+                db.select(Executions.c.id, Executions.c.evaluation_event_storage_id,
+                          Executions.c.evaluation_event_timestamp)
+                .where(Executions.c.asset_key == asset, Executions.c.check_name == key.name,
+                       Executions.c.run_id == "")
+                .order_by(Executions.c.id.desc()).limit(1_000_000).offset(keep)).fetchall()
+            for i in range(0, len(old), 500):  # SQLite takes at most 999 parameters a statement
+                chunk = old[i:i + 500]
+                conn.execute(Executions.delete().where(Executions.c.id.in_([r[0] for r in chunk])))
+                conn.execute(Events.delete().where(Events.c.id.in_([r[1] for r in chunk if r[1] is not None])))
+        if old and event_log_shard(instance, "") is not None:
+            # SQLite keeps each run's events in a file of their own, runless ones in that of run "":
+            # a copy there too, with ids of its own and no asset key, stored by the same statement,
+            # so with the same timestamp.
+            with storage.run_connection("") as conn:
+                for i in range(0, len(old), 500):
+                    conn.execute(Events.delete().where(
+                        Events.c.run_id == "", Events.c.dagster_event_type == "ASSET_CHECK_EVALUATION",
+                        Events.c.timestamp.in_([r[2] for r in old[i:i + 500]])))
+        deleted += len(old)
+    return deleted

@@ -16,7 +16,7 @@ import os
 from dagster import Definitions, EnvVar, in_process_executor
 
 from matos_dagster.assets.archive import archive_asset
-from matos_dagster.assets.monitor import monitor_automation, monitor_check
+from matos_dagster.assets.monitor import monitor_check, monitor_job
 from matos_dagster.assets.windows import summary_asset, windows_asset, windows_automation, windows_job, windows_sensor
 from matos_dagster.core import settings, topics
 from matos_dagster.core.kafka import many
@@ -33,6 +33,7 @@ from matos_dagster.jobs.retention import retention_job, retention_schedule
 from matos_dagster.jobs.verify import verify_job
 from matos_dagster.resources import KafkaResource, SparkResource, SwiftResource
 from matos_dagster.sensors.lag import lag_sensor
+from matos_dagster.sensors.monitor import monitor_sensor
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +97,8 @@ RESOURCES = {
 }
 
 CHECKS = [monitor_check(t) for t in TOPICS]
-MONITORS = [monitor_automation(t, c, os.environ["MATOS_MONITOR_CRON"]) for t, c in zip(TOPICS, CHECKS)]
 SENSOR_INTERVAL_S = int(os.environ["MATOS_SENSOR_INTERVAL_S"])
+MONITOR = monitor_sensor(TOPIC_SET, int(os.environ["MATOS_MONITOR_INTERVAL_S"]), SENSOR_INTERVAL_S)
 RETENTION = retention_job(TOPIC_SET)
 COMPACT = compact_job(TOPIC_SET)
 ADD_RANGES = add_ranges_job(TOPIC_SET)
@@ -109,13 +110,13 @@ defs = Definitions(
     asset_checks=CHECKS,
     jobs=[load, archive_ranges_job(TOPIC_SET), ADD_RANGES,
           backfill_job(TOPIC_SET, ADD_RANGES, lambda: defs.resolve_asset_graph()), acknowledge_loss_job(TOPIC_SET),
-          restore_job(TOPICS), verify_job(TOPIC_SET), RETENTION, COMPACT, iceberg_job(TOPIC_SET), *WINDOW_JOBS],
-    sensors=[lag_sensor(TOPIC_SET, SENSOR_INTERVAL_S)] + [s for _, s in MONITORS]
+          restore_job(TOPICS), verify_job(TOPIC_SET), RETENTION, COMPACT, iceberg_job(TOPIC_SET), monitor_job(CHECKS),
+          *WINDOW_JOBS],
+    sensors=[lag_sensor(TOPIC_SET, SENSOR_INTERVAL_S), MONITOR]
     + [windows_sensor(t, j, SENSOR_INTERVAL_S) for t, j in zip(TIMED, WINDOW_JOBS)]
     + ([windows_automation(SENSOR_INTERVAL_S)] if TIMED else []),
-    schedules=[schedule for schedule, _ in MONITORS]
-    + [retention_schedule(RETENTION, os.environ["MATOS_RETENTION_CRON"]),
-       compact_schedule(COMPACT, os.environ["MATOS_COMPACT_CRON"])],
+    schedules=[retention_schedule(RETENTION, os.environ["MATOS_RETENTION_CRON"]),
+               compact_schedule(COMPACT, os.environ["MATOS_COMPACT_CRON"])],
     resources=RESOURCES,
     # Every Spark step in its own process would start its own JVM: run steps in the run's process.
     executor=in_process_executor,

@@ -1,13 +1,17 @@
-"""The monitor asset check of each archive asset, and what runs it.
+"""The monitor asset check of each archive asset, and the one evaluation of many topics behind it.
 
 The check is not partitioned: it judges the whole topic at once (partitioned checks are a
-preview feature of Dagster 1.13). It runs on a schedule without archiving anything, and a
-sensor runs it after every materialisation of the archive asset.
+preview feature of Dagster 1.13). The monitor sensor (sensors/monitor.py) reports its verdicts
+without a run; a run can still execute it (the UI, `dg launch --job monitor_checks`, an archive
+run from the CLI). Both go through `evaluate`: Kafka asked once for all the topics, each topic's
+last verdict read in one query, each verdict built from that (core/monitor/verdict.py).
 """
 
 import time
+from typing import Sequence
 
 from dagster import (
+    AssetCheckEvaluation,
     AssetCheckExecutionContext,
     AssetCheckKey,
     AssetCheckResult,
@@ -15,30 +19,28 @@ from dagster import (
     AssetCheckSeverity,
     AssetKey,
     AssetSelection,
-    DefaultScheduleStatus,
-    DefaultSensorStatus,
+    DagsterInstance,
     MetadataValue,
-    RunRequest,
-    ScheduleDefinition,
-    SensorDefinition,
     TableColumn,
     TableRecord,
     TableSchema,
     asset_check,
-    asset_sensor,
     define_asset_job,
 )
 
-from matos_dagster.core.days import evaluate as days_evaluate
-from matos_dagster.core.monitor import marks as monitor_marks
+from matos_dagster.core.kafka import many
 from matos_dagster.core.monitor import report as monitor
+from matos_dagster.core.monitor import verdict
+from matos_dagster.core.monitor.verdict import NEVER, Previous, Verdict
 from matos_dagster.core.swift import layout
-from matos_dagster.core.swift.archived import PartitionArchive
+from matos_dagster.core.swift.store import Store
 from matos_dagster.core.topics import TopicConfig
 from matos_dagster.dagster_compat import AssetCheckExecutionRecordStatus
 from matos_dagster.resources import KafkaResource, SwiftResource
 
 CHECK_NAME = "monitor"
+MONITOR_JOB = "monitor_checks"
+_DONE = {AssetCheckExecutionRecordStatus.SUCCEEDED, AssetCheckExecutionRecordStatus.FAILED}
 
 _COLUMNS = TableSchema(
     columns=[
@@ -61,12 +63,13 @@ _COLUMNS = TableSchema(
 )
 
 
-def monitor_check(topic: TopicConfig) -> AssetChecksDefinition:
-    asset_key = AssetKey(topic.asset_name)
-    check_key = AssetCheckKey(asset_key, CHECK_NAME)
+def check_key(topic: TopicConfig) -> AssetCheckKey:
+    return AssetCheckKey(AssetKey(topic.asset_name), CHECK_NAME)
 
+
+def monitor_check(topic: TopicConfig) -> AssetChecksDefinition:
     @asset_check(
-        asset=asset_key,
+        asset=AssetKey(topic.asset_name),
         name=CHECK_NAME,
         blocking=False,
         description=(
@@ -75,143 +78,168 @@ def monitor_check(topic: TopicConfig) -> AssetChecksDefinition:
         ),
     )
     def _monitor(context: AssetCheckExecutionContext, kafka: KafkaResource, swift: SwiftResource) -> AssetCheckResult:
-        now = time.time()
-        with kafka.kept_clients():  # one admin and one consumer for the three questions
-            parts = kafka.partitions(topic.name)
-            marks = kafka.watermarks(topic.name, parts)
-            committed = kafka.committed(topic.name, parts, topic.group)
-        reports, started = [], {}
-        with swift.store() as store:
-            prefix = layout.join(store.params.prefix, topic.prefix)
-            where = f"{store.container}/{prefix}"
-            history, known = _history(context, check_key, where)
-            # Incremental: each partition is listed from where the last evaluation (on this
-            # instance, or any: the archive's mark) found it contiguous and sound, so an
-            # evaluation costs the same at any history.
-            marked = {p: monitor_marks.read_mark(store, prefix, topic.name, p) for p in parts}
-            entries, given = {}, {}
-            for p in parts:
-                archive = PartitionArchive(store, prefix, topic.name, p)
-                given[p], started[p] = monitor.start_from(archive, known.get(p), marked[p], marks[p][1])
-                entries[p] = monitor.read_entries(archive, given[p], marks[p][1])
-            listings = store.listings
-            typed = topic.key_format != "none" or topic.value_format != "none"
-            counts = {p: monitor.typed_counts(PartitionArchive(store, prefix, topic.name, p), entries[p])
-                      for p in parts} if typed else {}
-            for p in parts:
-                low, high = marks[p]
-                position = committed[p] if committed[p] is not None else low
-                oldest = kafka.timestamp_at(topic.name, p, position) if high > position else None
-                reports.append(
-                    monitor.evaluate_partition(
-                        topic, p, low, high, committed[p], entries[p], oldest, history.get(p, []), now, given[p],
-                        counts.get(p),
-                    )
-                )
-            event_time = days_evaluate.counts(store, prefix, topic.name) if topic.time_window != "none" else None
-            for r in reports:  # written when it moves only
-                if r.known is not None and r.known != marked[r.partition]:
-                    monitor_marks.write_mark(store, prefix, topic.name, r.partition, r.known)
-        status = monitor.overall(reports)
-        problems = "; ".join(f"p{r.partition}: {', '.join(r.reasons)}" for r in reports if r.reasons)
-        acknowledged = "; ".join(f"p{r.partition} {_spans(r.acknowledged)}" for r in reports if r.acknowledged)
-        description = f"{status}: " + (problems or "all partitions archived in order, lag normal")
-        if acknowledged:
-            description += f" (acknowledged loss: {acknowledged})"
-        not_decoded = sum(n for r in reports for n in r.not_decoded.values())
-        if not_decoded:
-            description += f" ({not_decoded} records did not decode: raw bytes archived, typed columns null)"
-        return AssetCheckResult(
-            passed=status == monitor.OK,
-            severity=AssetCheckSeverity.WARN if status == monitor.WARN else AssetCheckSeverity.ERROR,
-            description=description,
-            metadata={
-                "status": MetadataValue.text(status),
-                "partitions": MetadataValue.table([_row(r) for r in reports], schema=_COLUMNS),
-                "total_lag_records": MetadataValue.int(sum(r.lag_records for r in reports)),
-                "max_lag_seconds": MetadataValue.float(round(max((r.lag_seconds for r in reports), default=0.0), 1)),
-                "archived_offsets": MetadataValue.int(sum(r.archived_offsets for r in reports)),
-                "archived_ranges": MetadataValue.int(sum(r.archived_ranges for r in reports)),
-                "acknowledged_lost_offsets": MetadataValue.int(
-                    sum(b - a for r in reports for a, b in r.acknowledged)),
-                "partitions_in_error": MetadataValue.int(sum(r.status == monitor.ERROR for r in reports)),
-                **_decode_metadata(reports),
-                # The topic's days (assets/windows.py): records of a complete day archived late, and
-                # timestamps the days left out (a clock ahead, none at all).
-                **({k: MetadataValue.int(v) for k, v in event_time.items() if k != "complete_to_ms"}
-                   if event_time else {}),
-                "swift_listing_requests": MetadataValue.int(listings),
-                # Per partition: from what this evaluation started (monitor.start_from).
-                "started_from": MetadataValue.json({str(p): started[p] for p in parts}),
-                "samples": MetadataValue.json({str(r.partition): [now, r.committed, r.lag_records] for r in reports}),
-                "archive_state": MetadataValue.json({
-                    "where": where,
-                    "partitions": {str(r.partition): r.known.to_json() for r in reports if r.known is not None},
-                }),
-            },
-        )
+        (e,) = evaluate(context.instance, kafka, swift, [topic]).evaluations
+        return AssetCheckResult(passed=e.passed, severity=e.severity, description=e.description, metadata=e.metadata)
 
     return _monitor
 
 
-def monitor_job_name(topic: TopicConfig) -> str:
-    return f"monitor_{topic.asset_name}"
+def monitor_job(checks: Sequence[AssetChecksDefinition]):
+    """Every topic's check in one run, for whoever wants them now; the sensor needs no run."""
+    return define_asset_job(MONITOR_JOB, selection=AssetSelection.checks(*checks),
+                            description="Evaluates every topic's monitor check now (the monitor sensor does "
+                            "it without a run).")
 
 
-def monitor_automation(
-    topic: TopicConfig, check: AssetChecksDefinition, cron: str
-) -> tuple[ScheduleDefinition, SensorDefinition]:
-    """A schedule that runs the check alone, and a sensor that runs it after each archive run."""
-    job = define_asset_job(monitor_job_name(topic), selection=AssetSelection.checks(check))
-    schedule = ScheduleDefinition(
-        name=f"{monitor_job_name(topic)}_schedule", job=job, cron_schedule=cron,
-        default_status=DefaultScheduleStatus.RUNNING,
+class Evaluated:
+    """What `evaluate` made, and why: per topic, the reason it was due (or not)."""
+
+    def __init__(self):
+        self.evaluations: list[AssetCheckEvaluation] = []
+        self.due: dict[str, str] = {}  # topic -> why it was evaluated
+        self.left: list[str] = []  # due, but the time was up: the next tick's first
+        self.fresh = 0  # not due
+        self.oldest = 0.0  # when the oldest verdict left standing was made (0: a topic has none)
+
+
+def evaluate(instance: DagsterInstance, kafka: KafkaResource, swift: SwiftResource, topics: Sequence[TopicConfig],
+             listing: dict[str, list[int]] | None = None, max_age_s: float | None = None,
+             deadline: float | None = None, offsets: dict[str, dict[int, verdict.Offsets]] | None = None) -> Evaluated:
+    """The monitor's verdict of each topic that is due, as check evaluations, stalest first.
+
+    `listing`: the cluster's topics (many.topics), if the caller has it; a topic missing from it
+    gets a verdict saying so. `max_age_s`: evaluate only topics whose verdict is this old or whose
+    committed offsets moved since (None: every topic). `deadline` (time.monotonic()): no topic is
+    begun after it, though at least one is; the others are left for the next call. `offsets`: the
+    topics' (verdict.kafka_offsets), if the caller has them.
+    """
+    now = time.time()
+    out = Evaluated()
+    params = swift.params()
+    with kafka.kept_clients():  # one admin and one consumer per group for every question
+        listing = many.topics(kafka) if listing is None else listing
+        offsets = verdict.kafka_offsets(kafka, list(topics), listing) if offsets is None else offsets
+        previous = read_previous(instance, topics)
+        order = []
+        for t in topics:
+            prev = previous.get(t.name, NEVER)
+            why = "asked" if max_age_s is None else verdict.is_due(prev, offsets.get(t.name), now, max_age_s)
+            if why is None:
+                out.fresh += 1
+            else:
+                out.due[t.name] = why
+                order.append((prev.t, t.name, t))
+        order.sort(key=lambda x: x[:2])  # the stalest first
+        where = {t.name: f"{params.container}/{_prefix(params.prefix, t)}" for _, _, t in order}
+        wanted = {(t.name, p): o for _, _, t in order if t.name in offsets
+                  for p, o in verdict.waiting(previous.get(t.name, NEVER), offsets[t.name], where[t.name]).items()}
+        oldest: dict[str, dict[int, int | None]] = {}
+        for (name, p), ts in many.first_timestamps(kafka, wanted).items():
+            oldest.setdefault(name, {})[p] = ts
+    store = _Lazy(swift)
+    try:
+        for i, (_, name, t) in enumerate(order):
+            if deadline is not None and i and time.monotonic() >= deadline:
+                out.left = [n for _, n, _ in order[i:]]
+                break
+            prev = previous.get(name, NEVER)
+            if name not in offsets:
+                v = verdict.missing(t, prev)
+            else:
+                v = verdict.judge(t, offsets[name], oldest.get(name, {}), prev, where[name], _prefix(params.prefix, t),
+                                  store, now)
+            out.evaluations.append(check_evaluation(v))
+    finally:
+        store.close()
+    made = {name: now for name in out.due if name not in out.left}
+    out.oldest = min((made.get(t.name, previous.get(t.name, NEVER).t) for t in topics), default=now)
+    return out
+
+
+def read_previous(instance: DagsterInstance, topics: Sequence[TopicConfig]) -> dict[str, Previous]:
+    """Each topic's last verdict, from one query of the latest executions of their checks."""
+    keys = {check_key(t): t.name for t in topics}
+    latest = instance.event_log_storage.get_latest_asset_check_execution_by_key(list(keys))
+    out = {}
+    for key, name in keys.items():
+        record = latest.get(key)
+        if record is not None and record.status not in _DONE:  # a run is evaluating it now: the one before
+            records = instance.event_log_storage.get_asset_check_execution_history(key, limit=1, status=_DONE)
+            record = records[0] if records else None
+        evaluation = record.evaluation if record is not None else None
+        if evaluation is not None:
+            out[name] = Previous.parse(record.event.timestamp, {k: v.value for k, v in evaluation.metadata.items()})
+    return out
+
+
+def check_evaluation(v: Verdict) -> AssetCheckEvaluation:
+    """The verdict as Dagster shows it: a status, a description, a row per partition, and what the
+    next verdict takes from it (`samples`, `archive_state`)."""
+    key = check_key(v.topic)
+    handed_on = {"samples": MetadataValue.json(v.samples), "archive_state": MetadataValue.json(v.state)}
+    if v.missing:
+        return AssetCheckEvaluation(
+            asset_key=key.asset_key, check_name=CHECK_NAME, passed=False, severity=AssetCheckSeverity.WARN,
+            description=f"WARN: topic {v.topic.name!r} is not in Kafka (deleted, or not created yet): nothing to "
+                        "archive, its archive in Swift stays. Create the topic, or remove it from the topics file.",
+            metadata={"status": MetadataValue.text(monitor.WARN), **handed_on})
+    reports = v.reports
+    status = v.status
+    problems = "; ".join(f"p{r.partition}: {', '.join(r.reasons)}" for r in reports if r.reasons)
+    acknowledged = "; ".join(f"p{r.partition} {_spans(r.acknowledged)}" for r in reports if r.acknowledged)
+    description = f"{status}: " + (problems or "all partitions archived in order, lag normal")
+    if acknowledged:
+        description += f" (acknowledged loss: {acknowledged})"
+    not_decoded = sum(n for r in reports for n in r.not_decoded.values())
+    if not_decoded:
+        description += f" ({not_decoded} records did not decode: raw bytes archived, typed columns null)"
+    return AssetCheckEvaluation(
+        asset_key=key.asset_key,
+        check_name=CHECK_NAME,
+        passed=status == monitor.OK,
+        severity=AssetCheckSeverity.WARN if status == monitor.WARN else AssetCheckSeverity.ERROR,
+        description=description,
+        metadata={
+            "status": MetadataValue.text(status),
+            "partitions": MetadataValue.table([_row(r) for r in reports], schema=_COLUMNS),
+            "total_lag_records": MetadataValue.int(sum(r.lag_records for r in reports)),
+            "max_lag_seconds": MetadataValue.float(round(max((r.lag_seconds for r in reports), default=0.0), 1)),
+            "archived_offsets": MetadataValue.int(sum(r.archived_offsets for r in reports)),
+            "archived_ranges": MetadataValue.int(sum(r.archived_ranges for r in reports)),
+            "acknowledged_lost_offsets": MetadataValue.int(sum(b - a for r in reports for a, b in r.acknowledged)),
+            "partitions_in_error": MetadataValue.int(sum(r.status == monitor.ERROR for r in reports)),
+            **_decode_metadata(reports),
+            # The topic's days (assets/windows.py): records of a complete day archived late, and
+            # timestamps the days left out (a clock ahead, none at all).
+            **{k: MetadataValue.int(n) for k, n in (v.days or {}).items()},
+            "swift_listing_requests": MetadataValue.int(v.listings),
+            # Per partition: from what this evaluation started (report.start_from, or carried).
+            "started_from": MetadataValue.json({str(p): s for p, s in sorted(v.started.items())}),
+            **handed_on,
+        },
     )
 
-    @asset_sensor(
-        name=f"{monitor_job_name(topic)}_after_archive",
-        asset_key=AssetKey(topic.asset_name),
-        job=job,
-        default_status=DefaultSensorStatus.RUNNING,
-        minimum_interval_seconds=15,
-    )
-    def _after_archive(context, asset_event):
-        # One check run per archive run that materialised the asset.
-        return RunRequest(run_key=f"after-{asset_event.run_id}")
 
-    return schedule, _after_archive
+class _Lazy:
+    """One Swift store for a whole evaluation, opened (authentication, container check) only if a
+    verdict needs Swift: a re-evaluation of quiet topics makes no request at all."""
+
+    def __init__(self, swift: SwiftResource):
+        self._swift = swift
+        self._store: Store | None = None
+
+    def __call__(self) -> Store:
+        if self._store is None:
+            self._store = self._swift.store()
+        return self._store
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
 
 
-def _history(
-    context: AssetCheckExecutionContext, check_key: AssetCheckKey, where: str
-) -> tuple[dict[int, list[monitor.Sample]], dict[int, monitor.Known]]:
-    """From the check's own metadata of its last evaluations: each partition's samples, oldest
-    first, and what the latest evaluation knew of its archive (if it looked at the same one)."""
-    records = context.instance.event_log_storage.get_asset_check_execution_history(
-        check_key,
-        limit=monitor.WINDOW - 1,
-        status={AssetCheckExecutionRecordStatus.SUCCEEDED, AssetCheckExecutionRecordStatus.FAILED},
-    )
-    out: dict[int, list[monitor.Sample]] = {}
-    known: dict[int, monitor.Known] = {}
-    state_seen = False
-    for rec in records:  # newest first
-        evaluation = rec.event.asset_check_evaluation if rec.event else None
-        meta = evaluation.metadata if evaluation else {}
-        state = meta.get("archive_state")
-        if state is not None and not state_seen:
-            state_seen = True
-            if state.value.get("where") == where:
-                for p, doc in state.value.get("partitions", {}).items():
-                    k = monitor.Known.from_json(doc)
-                    if k is not None:
-                        known[int(p)] = k
-        samples = meta.get("samples")
-        if samples is None:
-            continue
-        for p, (t, committed, lag) in samples.value.items():
-            out.setdefault(int(p), []).insert(0, monitor.Sample(t, committed, lag))
-    return out, known
+def _prefix(swift_prefix: str, topic: TopicConfig) -> str:
+    return layout.join(swift_prefix, topic.prefix)
 
 
 def _decode_metadata(reports: list[monitor.PartitionReport]) -> dict:

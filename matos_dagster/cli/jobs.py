@@ -170,13 +170,13 @@ def monitor(args: argparse.Namespace) -> int:
     from dagster import DagsterInstance
 
     from matos_dagster import definitions
-    from matos_dagster.assets.monitor import monitor_job_name
+    from matos_dagster.assets.monitor import MONITOR_JOB, check_key
     from matos_dagster.cli.common import failure, quiet
 
     topic = topic_of(args.topic)
+    job = definitions.defs.resolve_job_def(MONITOR_JOB).get_subset(asset_check_selection={check_key(topic)})
     with DagsterInstance.get() as instance:
-        result = definitions.defs.resolve_job_def(monitor_job_name(topic)).execute_in_process(
-            run_config=quiet(), instance=instance, raise_on_error=False)
+        result = job.execute_in_process(run_config=quiet(), instance=instance, raise_on_error=False)
     evaluations = result.get_asset_check_evaluations()
     if not evaluations:
         raise Refused(failure(result))
@@ -196,7 +196,7 @@ def add_subcommands(sub, formatter) -> None:
         add_config_arguments(p, spec.config())
         p.set_defaults(run=lambda args, spec=spec: run(spec, args))
     p = sub.add_parser("monitor", help="evaluate a topic's monitor check now: lag, gaps, loss per partition",
-                       description="Evaluate the monitor check of a topic now (as its schedule does) and print "
+                       description="Evaluate the monitor check of a topic now (as the monitor sensor does) and print "
                        "its status, OK, WARN or ERROR, and a line per partition. Exit status 1 unless OK.",
                        epilog="example:\n  matos monitor demo", formatter_class=formatter)
     p.add_argument("topic", metavar="TOPIC", help="a topic of the topics file")

@@ -234,7 +234,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("MATOS_DEAD_RUN_AFTER_S", "90",
             "An archive run with no heartbeat for this long is dead (its process is gone): the lag sensor fails "
             "it and requests its range again. At least 3 x MATOS_HEARTBEAT_S.", kind=Number(least=3, unit="seconds")),
-    Setting("MATOS_MONITOR_CRON", "*/5 * * * *", "When the monitor check runs on its own (cron).", kind=Cron()),
+    Setting("MATOS_MONITOR_INTERVAL_S", "300",
+            "The oldest a topic's monitor verdict may be: the monitor sensor (a tick every MATOS_SENSOR_INTERVAL_S) "
+            "evaluates each topic again before its verdict is this old, and at the next tick after its committed "
+            "offsets move.", kind=Whole(unit="seconds")),
     Setting("MATOS_COMPACT_CRON", "37 * * * *",
             "When the `compact` job merges each topic's small archived ranges into large ones (cron).", kind=Cron()),
     # Typed columns (the topics file's key_format / value_format): Confluent's Schema Registry

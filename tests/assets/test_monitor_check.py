@@ -9,7 +9,7 @@ from dagster import Definitions, instance_for_test
 from helpers import delete_records, produce
 
 from matos_dagster.assets.archive import archive_asset
-from matos_dagster.assets.monitor import monitor_automation, monitor_check, monitor_job_name
+from matos_dagster.assets.monitor import MONITOR_JOB, monitor_check, monitor_job
 from matos_dagster.core.archive.range_run import archive_range
 from matos_dagster.core.offsets.ranges import OffsetRange
 from matos_dagster.core.swift import layout
@@ -25,12 +25,11 @@ def instance():
 class Monitor:
     def __init__(self, topic: TopicConfig, kafka, swift, spark_resource, instance):
         check = monitor_check(topic)
-        schedule, _ = monitor_automation(topic, check, "*/5 * * * *")
         self.defs = Definitions(
-            assets=[archive_asset(topic)], asset_checks=[check], schedules=[schedule],
+            assets=[archive_asset(topic)], asset_checks=[check], jobs=[monitor_job([check])],
             resources={"kafka": kafka, "swift": swift, "spark": spark_resource},
         )
-        self.job = self.defs.resolve_job_def(monitor_job_name(topic))
+        self.job = self.defs.resolve_job_def(MONITOR_JOB)
         self.instance = instance
 
     def evaluate(self):

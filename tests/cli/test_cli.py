@@ -97,7 +97,7 @@ def test_load_then_archive_everything_pending_then_monitor_from_the_cli(spark_pr
         k.split(":") for k in sorted(keys)]
     # Dagster's own CLI archives a key too (here: verifies it, it is archived already).
     run(env, tmp, DG, "launch", "-m", "matos_dagster.definitions", "--assets", asset, "--partition", keys[0])
-    monitor = run(env, tmp, DG, "launch", "-m", "matos_dagster.definitions", "--job", f"monitor_{asset}")
+    monitor = run(env, tmp, DG, "launch", "-m", "matos_dagster.definitions", "--job", "monitor_checks")
     assert "SupersessionWarning" not in monitor.stdout + monitor.stderr
     with instance_of(env) as instance:
         check = instance.event_log_storage.get_latest_asset_check_execution_by_key(

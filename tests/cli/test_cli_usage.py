@@ -107,8 +107,8 @@ REFUSALS = [
      "compact: MATOS_SWIFT_VERIFY_TLS is '0': it takes one of true, false"),
     (["backfill", "demo"], {"MATOS_SENSOR_INTERVAL_S": "soon"},
      "backfill: MATOS_SENSOR_INTERVAL_S is 'soon': it takes a whole number of seconds, 1 or more"),
-    (["monitor", "demo"], {"MATOS_MONITOR_CRON": "every five minutes"},
-     "monitor: MATOS_MONITOR_CRON is 'every five minutes': it takes a cron expression"),
+    (["monitor", "demo"], {"MATOS_MONITOR_INTERVAL_S": "every five minutes"},
+     "monitor: MATOS_MONITOR_INTERVAL_S is 'every five minutes': it takes a whole number of seconds"),
     (["load", "demo"], {"MATOS_NATIVE_READER": "0"}, "load: MATOS_NATIVE_READER is '0': it takes one of true, false"),
 ]
 

@@ -73,7 +73,8 @@ BAD = [
     ("MATOS_SWIFT_RETRIES", "-1", "a whole number, 0 or more"),
     ("MATOS_SPARK_MASTER", "spark-master:7077", "`sc://host:port` (Spark Connect)"),
     ("MATOS_SPARK_CONF", "spark.ui.enabled", "`key=value` pairs separated by `;`"),
-    ("MATOS_MONITOR_CRON", "*/5 * * *", "a cron expression of 5 fields"),
+    ("MATOS_COMPACT_CRON", "*/5 * * *", "a cron expression of 5 fields"),
+    ("MATOS_MONITOR_INTERVAL_S", "5m", "a whole number of seconds, 1 or more"),
     ("MATOS_KEEP_FAILED_RUNS_DAYS", "-2", "a number of days, 0 or more"),
     ("MATOS_KAFKA_CA_FILE", "/nonexistent/ca.pem", "the path of a readable file"),
 ]

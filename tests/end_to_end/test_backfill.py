@@ -57,7 +57,6 @@ def daemon(request, tmp_path_factory, kafka, kafka_server, swift_server, connect
             tmp, f"topics:\n  - name: {topic}\n    group: {GROUP}\n"
                  "    batch: {records: 100000000, age_s: 100000000, max_range_records: 50}\n",
             f"bf-{uuid.uuid4().hex[:8]}", instance_env,
-            MATOS_MONITOR_CRON="0 0 1 1 *",  # the monitor's schedule stays out of the run queue
             MATOS_KAFKA_BOOTSTRAP_SERVERS=kafka_server.bootstrap_servers,
             MATOS_SWIFT_AUTH_URL=swift_server.auth_url,
             MATOS_SPARK_MASTER=connect_server.url)

@@ -58,7 +58,7 @@ def test_dg_check_defs_fails_on_a_broken_definition_and_names_it(tmp_path):
 def test_dg_list_defs_lists_the_archive_asset_jobs_sensors_and_schedules(tmp_path):
     p = run(offline_env(tmp_path), DG, "list", "defs", "--json")
     out = p.stdout
-    for name in ("archive_demo", "add_ranges", "backfill", "lag_archive_demo", "monitor_archive_demo_schedule",
+    for name in ("archive_demo", "add_ranges", "backfill", "lag_archive_demo", "monitor", "monitor_checks",
                  "restore", "verify"):
         assert f'"{name}"' in out, (name, out[-3000:])
 

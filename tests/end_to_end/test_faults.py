@@ -39,7 +39,7 @@ from helpers import delete_records, produce
 from matos_dev.stack import process
 
 from matos_dagster.assets.archive import archive_asset, ranges_partitions
-from matos_dagster.assets.monitor import monitor_automation, monitor_check, monitor_job_name
+from matos_dagster.assets.monitor import MONITOR_JOB, monitor_check, monitor_job
 from matos_dagster.core.archive.range_run import DataLoss, archive_range
 from matos_dagster.core.offsets.ranges import OffsetRange
 from matos_dagster.core.settings import PROJECT_ROOT
@@ -586,11 +586,10 @@ def test_records_deleted_by_retention_before_archiving_are_reported_as_loss_loud
         assert not report.ok and "DATA LOSS (40 offsets)" in report.render()
 
         check = monitor_check(cfg)
-        schedule, _ = monitor_automation(cfg, check, "*/5 * * * *")
-        defs = Definitions(assets=[archive_asset(cfg)], asset_checks=[check], schedules=[schedule],
+        defs = Definitions(assets=[archive_asset(cfg)], asset_checks=[check], jobs=[monitor_job([check])],
                            resources={"kafka": kafka, "swift": swift, "spark": spark_resource})
         with instance_for_test() as instance:
-            result = defs.resolve_job_def(monitor_job_name(cfg)).execute_in_process(instance=instance)
+            result = defs.resolve_job_def(MONITOR_JOB).execute_in_process(instance=instance)
         (evaluation,) = result.get_asset_check_evaluations()
         assert not evaluation.passed and evaluation.metadata["status"].value == "ERROR"
         assert "records deleted before they were archived: [20, 60)" in evaluation.description

@@ -233,7 +233,7 @@ def test_a_cli_archive_through_keystone_leaves_no_password_secret_or_token_anywh
         (by_password, ["job", "execute", "-m", "matos_dagster.definitions", "-j", "add_ranges", "-c", "ranges.yaml"]),
         (by_password, ["asset", "materialize", "-m", "matos_dagster.definitions", "--select", asset,
                        "--partition", key]),
-        (by_app_credential, ["job", "execute", "-m", "matos_dagster.definitions", "-j", f"monitor_{asset}"]),
+        (by_app_credential, ["job", "execute", "-m", "matos_dagster.definitions", "-j", "monitor_checks"]),
     ):
         p = dagster(env, tmp_path, *args)
         outputs += [p.stdout, p.stderr]

@@ -370,7 +370,7 @@ def test_a_full_cli_archive_over_sasl_ssl_and_https_leaves_no_secret_anywhere(se
     for args in (["job", "execute", "-m", "matos_dagster.definitions", "-j", "add_ranges", "-c", "ranges.yaml"],
                  ["asset", "materialize", "-m", "matos_dagster.definitions", "--select", asset,
                   "--partition", OffsetRange(topic, 0, 0, 100).key],
-                 ["job", "execute", "-m", "matos_dagster.definitions", "-j", f"monitor_{asset}"]):
+                 ["job", "execute", "-m", "matos_dagster.definitions", "-j", "monitor_checks"]):
         p = dagster(env, tmp_path, *args)
         outputs += [p.stdout, p.stderr]
 

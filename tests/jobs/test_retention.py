@@ -15,7 +15,7 @@ from helpers import produce, read_kafka
 from samples import archive_in_ranges, awkward_rows, config, fields, rows
 
 from matos_dagster.assets.archive import archive_asset
-from matos_dagster.assets.monitor import monitor_automation, monitor_check, monitor_job_name
+from matos_dagster.assets.monitor import MONITOR_JOB, monitor_check, monitor_job
 from matos_dagster.core.offsets.ranges import OffsetRange
 from matos_dagster.core.reader import read_table
 from matos_dagster.core.restore.plan import Request
@@ -43,12 +43,11 @@ def run_retention(instance, topic, kafka, swift, **cfg):
 
 
 def monitor_evaluation(instance, cfg, kafka, swift, spark_resource):
-    """The monitor check, run alone as its schedule runs it: its evaluation."""
+    """The monitor check, run alone: its evaluation."""
     check = monitor_check(cfg)
-    schedule, _ = monitor_automation(cfg, check, "0 0 * * *")
-    defs = Definitions(assets=[archive_asset(cfg)], asset_checks=[check], jobs=[schedule.job],
+    defs = Definitions(assets=[archive_asset(cfg)], asset_checks=[check], jobs=[monitor_job([check])],
                        resources={"kafka": kafka, "swift": swift, "spark": spark_resource})
-    result = defs.resolve_job_def(monitor_job_name(cfg)).execute_in_process(instance=instance)
+    result = defs.resolve_job_def(MONITOR_JOB).execute_in_process(instance=instance)
     (evaluation,) = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
     return evaluation
 

@@ -191,7 +191,7 @@ class Case:
         from dagster import Definitions
 
         from matos_dagster.assets.archive import archive_asset, ranges_partitions
-        from matos_dagster.assets.monitor import monitor_automation, monitor_check, monitor_job_name
+        from matos_dagster.assets.monitor import MONITOR_JOB, monitor_check, monitor_job
         from matos_dagster.resources import SwiftResource
         from matos_dagster.sensors.lag import lag_sensor
 
@@ -243,11 +243,11 @@ class Case:
         swift = SwiftResource(auth_url=params.auth_url, user=params.user, key=params.key,
                               container=self.container, prefix=params.prefix, retries=3)
         self.check = monitor_check(cfg)
-        _, after = monitor_automation(cfg, self.check, "0 0 * * *")
         self.asset = archive_asset(cfg)
         self.resources = {"kafka": kafka, "swift": swift, "spark": self.spark}
-        defs = Definitions(assets=[self.asset], asset_checks=[self.check], sensors=[after], resources=self.resources)
-        self.job = defs.resolve_job_def(monitor_job_name(cfg))
+        defs = Definitions(assets=[self.asset], asset_checks=[self.check], jobs=[monitor_job([self.check])],
+                           resources=self.resources)
+        self.job = defs.resolve_job_def(MONITOR_JOB)
         self.sensor = lag_sensor(cfg, ranges_partitions(cfg), 30)
         self.setup_figures = out
         return out

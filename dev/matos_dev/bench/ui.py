@@ -150,7 +150,7 @@ def simulate_year(instance, cfg: TopicConfig, keep_keys: int, keep_runs: int, sa
     """
     from dagster import AssetKey, AssetMaterialization, DagsterRun, DagsterRunStatus
 
-    from matos_dagster.assets.monitor import monitor_job_name
+    from matos_dagster.assets.monitor import MONITOR_JOB
     from matos_dagster.dagster_compat import PARTITION_NAME_TAG
 
     year = 365 * 86_400 // 25  # ranges a partition gets in a year, one every ~25 s
@@ -166,7 +166,7 @@ def simulate_year(instance, cfg: TopicConfig, keep_keys: int, keep_runs: int, sa
         instance.add_run(DagsterRun(job_name="__ASSET_JOB", run_id=str(uuid.uuid4()), status=DagsterRunStatus.SUCCESS,
                                     tags={PARTITION_NAME_TAG: k}))
     for _ in range(keep_runs):
-        instance.add_run(DagsterRun(job_name=monitor_job_name(cfg), run_id=str(uuid.uuid4()),
+        instance.add_run(DagsterRun(job_name=MONITOR_JOB, run_id=str(uuid.uuid4()),
                                     status=DagsterRunStatus.SUCCESS))
     runs_s = time.monotonic() - t
     say(f"simulated year: {len(kept):,} keys materialised in {materialised_s:.0f}s, {2 * keep_runs:,} runs in {runs_s:.0f}s")

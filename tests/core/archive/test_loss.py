@@ -16,7 +16,7 @@ from dagster import Definitions, build_sensor_context, instance_for_test
 from helpers import check_archive, delete_records, produce
 
 from matos_dagster.assets.archive import archive_asset, ranges_partitions
-from matos_dagster.assets.monitor import monitor_automation, monitor_check, monitor_job_name
+from matos_dagster.assets.monitor import MONITOR_JOB, monitor_check, monitor_job
 from matos_dagster.core.archive import loss
 from matos_dagster.core.archive.range_run import DataLoss, RangeRefused, archive_range
 from matos_dagster.core.offsets.ranges import OffsetRange, parse_key
@@ -51,8 +51,7 @@ def test_after_retention_deleted_unarchived_records_one_acknowledgement_lets_the
     cfg = config(topic)
     defs = Definitions(
         assets=[archive_asset(cfg)], asset_checks=[check := monitor_check(cfg)],
-        schedules=[monitor_automation(cfg, check, "*/5 * * * *")[0]],
-        jobs=[acknowledge_loss_job([cfg]), add_ranges_job([cfg])],
+        jobs=[acknowledge_loss_job([cfg]), add_ranges_job([cfg]), monitor_job([check])],
         resources={"kafka": kafka, "swift": swift, "spark": spark_resource},
     )
     sensor = lag_sensor(cfg, ranges_partitions(cfg), 30)
@@ -63,7 +62,7 @@ def test_after_retention_deleted_unarchived_records_one_acknowledgement_lets_the
             instance=instance, raise_on_error=False)
 
     def monitor(instance):
-        (evaluation,) = defs.resolve_job_def(monitor_job_name(cfg)).execute_in_process(
+        (evaluation,) = defs.resolve_job_def(MONITOR_JOB).execute_in_process(
             instance=instance).get_asset_check_evaluations()
         return evaluation, evaluation.metadata["partitions"].value.records[0].data
 
