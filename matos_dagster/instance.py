@@ -33,7 +33,8 @@ import yaml
 
 from matos_dagster.core import settings
 
-TEMPLATE = settings.PROJECT_ROOT / "dagster.yaml"
+# The project's dagster.yaml (a symlink in the source tree, the file itself in the wheel).
+TEMPLATE = Path(__file__).resolve().parent / "dagster.yaml"
 LOCK = ".matos-instance.lock"
 # For storage that is not in the folder (PostgreSQL): which configuration was prepared.
 PREPARED = ".matos-instance-prepared"

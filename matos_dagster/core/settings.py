@@ -278,7 +278,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("MATOS_KEEP_FAILED_RUNS_DAYS", "14", "Days a failed run is kept for an operator, beyond MATOS_KEEP_RUNS.", kind=Number(unit="days")),
     # Local stack
     Setting("MATOS_DEVSTACK_DIR", str(PROJECT_ROOT / ".devstack"),
-            "Where the local stack keeps its data, logs and downloads.", group=LOCAL_STACK),
+            "Where the local stack keeps its data, logs and downloads. The product reads it too: the Dagster "
+            "instance is `<MATOS_DEVSTACK_DIR>/dagster` when DAGSTER_HOME is unset, and the Iceberg catalog "
+            "`<MATOS_DEVSTACK_DIR>/iceberg/catalog.db` when MATOS_ICEBERG_CATALOG is empty.", group=LOCAL_STACK),
     Setting("MATOS_DEVSTACK_CACHE", "",
             "Download cache of the local stack (Kafka jars, Swift venv); empty: `<MATOS_DEVSTACK_DIR>/cache`.", group=LOCAL_STACK),
     Setting("MATOS_DEVSTACK_KAFKA_PORT", "9092", "Port of the local Kafka broker.", kind=PORT, group=LOCAL_STACK),
@@ -367,7 +369,9 @@ def markdown_table(group: str = PRODUCT) -> str:
 def reference() -> str:
     """The settings reference of the documentation, exactly (a test compares them)."""
     return (f"### The product's settings\n\n{markdown_table(PRODUCT)}\n\n"
-            f"### The local stack's settings\n\nRead by `make up` / `python -m matos_dev.stack` only.\n\n"
+            f"### The local stack's settings\n\nRead by `make up` / `python -m matos_dev.stack`; "
+            f"`MATOS_DEVSTACK_DIR` is also where the product falls back to for the Dagster instance and the "
+            f"Iceberg catalog (below). In production set DAGSTER_HOME and MATOS_ICEBERG_CATALOG instead.\n\n"
             f"{markdown_table(LOCAL_STACK)}\n")
 
 

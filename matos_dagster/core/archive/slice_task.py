@@ -60,6 +60,9 @@ class SliceJob:
     typing: Any = None
 
 
+_said: set[str] = set()  # why this process reads with the Python reader, once said
+
+
 def archive_slice(job: SliceJob) -> list[dict]:
     """Write the records of `job.slice` as objects; return one manifest entry per object.
 
@@ -79,7 +82,9 @@ def archive_slice(job: SliceJob) -> list[dict]:
         if why_not is None:
             log.info("slice %s: native reader", job.slice)
             return [{**o, "reader": "native"} for o in _archive_native(job)]
-        log.warning("slice %s: Python reader (%s)", job.slice, why_not)
+        # Said once per worker process, not per task: the run's log names the reader of each range.
+        (log.debug if why_not in _said else log.warning)("slice %s: Python reader (%s)", job.slice, why_not)
+        _said.add(why_not)
         return [{**o, "reader": "python"} for o in _archive_python(job)]
     except refused as e:
         return [{"refused": str(e)}]
