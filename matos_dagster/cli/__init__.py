@@ -110,7 +110,7 @@ def parser() -> argparse.ArgumentParser:
     c = command("instance", "create the Dagster instance's storage, or repair one broken by two commands at once",
                 "Create the storage of the Dagster instance in $DAGSTER_HOME once, under a lock (every command "
                 "does this first). --repair mends an instance whose sqlite storage two processes created at "
-                "once (Dagster issue 27390: 'more than one head').", "instance --repair", _instance)
+                "once (every Dagster command then fails with 'more than one head').", "instance --repair", _instance)
     c.add_argument("--repair", action="store_true", help="mend storage stamped twice")
     return p
 

@@ -1,30 +1,13 @@
 """Reading the archive back: as one Arrow table, or as a Spark DataFrame read by executors.
 
-    from matos_dagster.core.reader import read_table
-    table = read_table(store, "kafka", "orders", partitions=[3], start=1000, end=2000)
-    table = read_table(params, "kafka", "orders", since_ms=1767225600000, until_ms=1767229200000)
-
-Selection is the intersection of: `partitions` (None: every archived partition), the offset
-window `[start, end)` (None: open) and the time window `[since_ms, until_ms)` of Kafka
-timestamps in milliseconds (None: open; a record without a timestamp never falls in a time
-window). Only what can hold selected records is fetched: range folders are chosen by the
-offsets in their names, manifests by their offsets and min/max timestamps, objects by
-theirs; rows are then filtered exactly. A typed topic's typed columns follow the raw ones, in
-one type across the objects read (records/unify.py: a struct that gained fields has them all,
-null in the older objects' rows). A range without a manifest is not archived and is
-never read, whatever objects its folder holds; an acknowledged loss holds no records and is
-skipped with a note (an `AcknowledgedLoss` warning, or `say`).
-
-Planning is bounded (archived.py): an offset window lists entries from its start to its end,
-and a time window finds its first range by a binary search over offsets (O(log offsets)
-listings and manifests), whatever the history below. That search is exact when timestamps
-do not decrease with offsets, as Kafka's `offsetsForTimes` assumes; for producers that
-stamp records out of order, `scan_all=True` reads every manifest of the offset window.
-
-`prefix` is everything in front of `topic=<topic>/`: MATOS_SWIFT_PREFIX, joined with the
-topic's own `prefix` from the topics file if it has one (e.g. "kafka").
-
-No Dagster imports.
+Selection is the intersection of `partitions`, the offset window `[start, end)` and the time
+window `[since_ms, until_ms)` of Kafka timestamps (`read_table` says each). Only what can hold
+selected records is fetched: range folders are chosen by the offsets in their names, manifests
+by their offsets and min/max timestamps, objects by theirs; rows are then filtered exactly. A
+range without a manifest is never read; an acknowledged loss holds no records and is skipped
+with a note. Planning is bounded (archived.py): an offset window lists entries from its start
+to its end, a time window finds its first range by a binary search over offsets, whatever the
+history below. No Dagster imports.
 """
 
 from __future__ import annotations
