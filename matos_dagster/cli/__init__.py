@@ -62,7 +62,7 @@ def parser() -> argparse.ArgumentParser:
             "group; authenticate to Swift and prove the container writable (a probe object, removed); reach "
             "the Spark master; open the Dagster instance. One line per part, OK or what to change. Exit "
             "status 0 when all is well, 1 otherwise.", "check", lambda args: check.run())
-    c = command("add-ranges", "add [start, end) of a topic as archive partition keys (Matos' batch)",
+    c = command("add-ranges", "add [start, end) of a topic as archive partition keys",
                 "Add the offset range [start, end) of a topic as partition keys of its archive asset, cut "
                 "into ranges no larger than the topic's max_range_records. Without offsets: everything "
                 "pending, from where archiving goes on to the log end.",
