@@ -10,7 +10,7 @@ creates or first opens an instance (the CLI, `make up`, `make run`, `make run-po
 tests' helpers) calls `prepare` first: it opens the instance once under an exclusive lock of
 the folder, so that its storage exists whole before anything else may open it. Dagster's own
 processes (webserver, daemon, `dagster job execute`, `dg launch`, run workers) take the same lock
-through the storage the project's dagster.yaml names (instance_storage.py).
+through the instance class the project's dagster.yaml names (instance_storage.py).
 
 Usage: `python -m matos_dagster.instance [HOME]` prepares HOME (default $DAGSTER_HOME);
 `--repair` mends an instance broken this way.
@@ -40,8 +40,6 @@ LOCK = ".matos-instance.lock"
 PREPARED = ".matos-instance-prepared"
 # Dagster's sqlite storage, under the folder (dagster.yaml's default `storage`).
 SQLITE_DBS = ("history/runs.db", "history/runs/index.db", "schedules/schedules.db")
-# The storage the project's dagster.yaml names: Dagster's sqlite storage opened under the lock.
-LOCKED_STORAGE = ("matos_dagster.instance_storage", "LockedSqliteStorage")
 # What Dagster stamps on tables it finds without a stamp (dagster._core.storage.sqlite).
 OLD_STAMP = "5771160a95ad"
 
@@ -156,7 +154,7 @@ def locked(home: Path) -> Iterator[None]:
 
 def missing_variables(home: Path) -> None:
     """InstanceError naming the environment variables the instance's dagster.yaml reads and lacks."""
-    names = sorted(set(_env_names(_config(home))) - {"DAGSTER_HOME"})  # the folder itself, set to open it
+    names = sorted(set(_env_names(_config(home))))
     missing = [n for n in names if not os.environ.get(n)]
     if missing:
         hint = ("`make up` with MATOS_DEVSTACK_DAGSTER_STORAGE=postgres prints them for the local PostgreSQL, "
@@ -197,17 +195,11 @@ def _env_names(node: Any) -> Iterator[str]:
 
 def _sqlite(home: Path) -> bool:
     """Whether the instance keeps sqlite files in its folder: Dagster's default storage, or the
-    project's (instance_storage.py, in the folder $DAGSTER_HOME names)."""
+    project's instance (instance_storage.py), whose default it is."""
     config = _config(home)
     storage = config.get("storage") or {}
     separate = {"run_storage", "event_log_storage", "schedule_storage"} & set(config)
-    if separate:
-        return False
-    if set(storage) == {"custom"}:
-        custom = storage["custom"] or {}
-        return ((custom.get("module"), custom.get("class")) == LOCKED_STORAGE
-                and (custom.get("config") or {}).get("base_dir") == {"env": "DAGSTER_HOME"})
-    return not storage or set(storage) == {"sqlite"} and not (storage["sqlite"] or {}).get("base_dir")
+    return not separate and (not storage or set(storage) == {"sqlite"} and not (storage["sqlite"] or {}).get("base_dir"))
 
 
 def _stamps(home: Path, sqlite: bool | None = None) -> dict[str, list[str]]:
@@ -246,8 +238,7 @@ def _fingerprint(home: Path) -> str:
 def _open_once(home: Path) -> None:
     from dagster import DagsterInstance
 
-    # The project's storage finds its folder in $DAGSTER_HOME (dagster.yaml), which may name another.
-    with environment({"DAGSTER_HOME": str(home)}), DagsterInstance.from_config(str(home)) as instance:
+    with DagsterInstance.from_config(str(home)) as instance:
         # Each storage is made when first asked for.
         instance.run_storage, instance.event_log_storage, instance.schedule_storage
 

@@ -34,10 +34,11 @@ def exec_start(unit: Path) -> list[str]:
 def test_the_shipped_dagster_yaml_opens_as_an_instance_with_the_locked_storage_and_the_queue(tmp_path):
     from dagster import DagsterInstance
 
-    home = tmp_path / "home"
+    home = tmp_path / "home"  # opened by its path: DAGSTER_HOME names another folder, or none
     home.mkdir()
     (home / "dagster.yaml").write_text((PROJECT_ROOT / "dagster.yaml").read_text())
-    with instance.environment({"DAGSTER_HOME": str(home)}), DagsterInstance.from_config(str(home)) as opened:
+    with DagsterInstance.from_config(str(home)) as opened:
+        assert type(opened).__name__ == "MatosInstance"
         assert type(opened.get_ref().storage).__name__ == "LockedSqliteStorage"
         assert opened.run_coordinator.get_run_queue_config().max_concurrent_runs == 2
         assert (home / "history" / "runs.db").is_file()

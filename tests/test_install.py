@@ -108,5 +108,5 @@ def test_the_wheel_installs_with_pip_into_a_fresh_virtualenv_outside_the_reposit
     # A new DAGSTER_HOME gets the packaged dagster.yaml, its storage made under the lock.
     made = run(str(venv / "bin" / "matos"), "instance")
     assert made.returncode == 0 and "Dagster instance ready" in made.stdout, made.stdout + made.stderr
-    assert "LockedSqliteStorage" in (tmp_path / "home" / "dagster.yaml").read_text()
+    assert "MatosInstance" in (tmp_path / "home" / "dagster.yaml").read_text()
     assert (tmp_path / "home" / "history" / "runs.db").is_file()
