@@ -263,3 +263,18 @@ def test_the_python_reader_fallback_shows_in_the_asset_metadata():
     done = Archived(OffsetRange("t", 0, 0, 1), "m", doc, False, None, 1, 1.0, 1, reader="python")
     assert metadata(done, "u")["reader"].value == "python"
     assert "reader" not in metadata(Archived(OffsetRange("t", 0, 0, 1), "m", doc, True, 1, 1, 1.0), "u")
+
+
+def test_a_worker_without_the_native_reader_says_why_once_not_per_task(monkeypatch, caplog):
+    """A Spark worker runs task after task: the reason is a warning the first time, then debug only."""
+    import logging
+
+    monkeypatch.setattr(slice_task, "_said", set())
+    monkeypatch.setattr(slice_task, "_archive_python", lambda job: [])  # the reading itself: not the claim
+    monkeypatch.setenv("MATOS_NATIVE_READER", "false")
+    job = SliceJob(OffsetRange("t", 0, 0, 10), "d", {}, "g", swift=None)
+    with caplog.at_level(logging.DEBUG, logger=slice_task.log.name):
+        for _ in range(3):
+            slice_task.archive_slice(job)
+    said = [r for r in caplog.records if "Python reader (MATOS_NATIVE_READER=false)" in r.getMessage()]
+    assert [r.levelno for r in said] == [logging.WARNING, logging.DEBUG, logging.DEBUG]
