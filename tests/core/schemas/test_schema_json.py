@@ -106,7 +106,10 @@ def test_schemaless_json_is_typed_by_what_the_batch_holds():
     assert out.errors.to_pylist()[3].startswith("corrupt payload: not JSON: ") and out.schema_ids.null_count == 4
 
 
-def test_schemaless_json_without_a_common_type_is_its_text():
-    out = decode(column([b'{"a": 1}', b'{"a": "one"}', b"[1,2]"]), Side("json"))
-    assert out.data.type == pa.string()
-    assert out.data.to_pylist() == ['{"a": 1}', '{"a": "one"}', "[1,2]"] and out.errors.null_count == 3
+def test_schemaless_json_that_does_not_fit_the_type_of_the_records_before_it_is_an_error_of_its_own():
+    out = decode(column([b'{"a": 1}', b'{"a": "one"}', b"[1,2]", b'{"a": 2, "b": true}']), Side("json"))
+    assert out.data.type == pa.struct([pa.field("a", pa.int64()), pa.field("b", pa.bool_())])
+    assert out.data.to_pylist() == [{"a": 1, "b": None}, None, None, {"a": 2, "b": True}]
+    errors = out.errors.to_pylist()
+    assert errors[0] is None and errors[3] is None
+    assert errors[1].startswith("does not fit this object's type struct<a: int64> (given by its earlier records)")
