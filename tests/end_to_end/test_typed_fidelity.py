@@ -277,7 +277,7 @@ def test_several_avro_record_types_on_one_topic_are_each_typed_in_a_member_of_th
     produced = with_nulls([write[n](drawn[n][i // 2], ctx) for i, n in enumerate(which)])
 
     tables, _ = read_back(kafka, swift, spark, registry_server, topic, [None] * RECORDS, produced, False,
-                          value_format="avro", value_types="by_record_name")
+                          one_object=True, value_format="avro", value_types="by_record_name")
 
     read = AvroDeserializer(registry, return_record_name=True)
     for table in tables.values():

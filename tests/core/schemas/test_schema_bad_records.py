@@ -22,11 +22,11 @@ from matos_dagster.core.records.schema import SCHEMA
 from matos_dagster.core.schemas import typed
 from matos_dagster.core.schemas.decode import Side, decode
 from matos_dagster.core.schemas.errors import UndecodableRecord
-from matos_dagster.core.schemas.schemaless import MAX_DEPTH
 from matos_dagster.core.schemas.sources import RegistrySource
 from matos_dagster.core.schemas.wire import frame
 
 DEEP = b"[" * 100_000 + b"]" * 100_000
+MAX_DEPTH = 64  # levels of JSON a record may nest (docs/operations/typed.md)
 
 
 def one_line(errors: list) -> None:
@@ -85,10 +85,8 @@ def object_of(values: list[bytes], typing: typed.Typing, chunk_bytes: int) -> tu
     batch = Batch("t", 0, chunk_bytes=chunk_bytes, fmt="parquet", typing=typing)
     for i, v in enumerate(values):
         batch.add(i, 1, 1000 + i, None, v, [], len(v))
-    batch.seal()
-    assert batch.overflow is None
-    counts = batch.typed()["value"]
-    return pq.read_table(io.BytesIO(batch.writer("parquet").finish())), counts
+    data = batch.writer("parquet").finish()
+    return pq.read_table(io.BytesIO(data)), batch.typed()["value"]
 
 
 def test_a_later_chunk_of_mostly_another_protobuf_message_of_another_schema_is_typed_too():
@@ -104,7 +102,8 @@ def test_a_later_chunk_of_mostly_another_protobuf_message_of_another_schema_is_t
     values = [write_a(A(a=f"a{i}"), ctx) for i in range(20)] + [write_b(B(b=i), ctx) for i in range(30)] + \
         [write_a(A(a="last"), ctx)]
     for types in ("one", "by_record_name"):
-        t, counts = object_of(values, typed.Typing(value=Side("protobuf", types=types), value_source=registry),
+        side = Side("protobuf") if types == "one" else Side("protobuf", types=types)
+        t, counts = object_of(values, typed.Typing(value=side, value_source=registry),
                               chunk_bytes=100)  # the A records in the first chunks, mostly B in the later ones
         assert (counts["decoded"], counts["failed"]) == (51, 0)
         read = {cls: ProtobufDeserializer(cls, conf, registry.client()) for cls in (A, B)}
