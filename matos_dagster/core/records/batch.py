@@ -180,11 +180,12 @@ class Batch:
         if self._fmt is not None:
             if self._writer is None:
                 self._writer = ObjectWriter(self._fmt, chunk.schema)
-            elif not chunk.schema.equals(self._writer.schema, check_metadata=True):
+            elif self._types is not None and not chunk.schema.equals(self._writer.schema, check_metadata=True):
                 self._writer = self._rewritten(chunk.schema)
             self._writer.write(chunk)
             return
-        if self._chunks and not chunk.schema.equals(self._chunks[0].schema, check_metadata=True):
+        if self._types is not None and self._chunks and not chunk.schema.equals(self._chunks[0].schema,
+                                                                                check_metadata=True):
             self._chunks = [self._types.conform(c) for c in self._chunks]
         self._chunks.append(chunk)
 
