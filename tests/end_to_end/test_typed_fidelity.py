@@ -16,7 +16,10 @@ environment), into two prefixes. Each archive is read back, and for every record
 
 `read_table` reads both archives; `read_dataframe` (Spark executors) reads the native one of
 Avro and JSON Schema topics and gives the same values, after Spark's documented widening
-(core/spark/frames.py).
+(core/spark/frames.py). Versions of a random Avro record (a field added, another removed) written
+in blocks v1, v2, v3, v1 into one object are each read as their writer wrote them, in the union
+of the versions' types; two random record types on one topic (RecordNameStrategy) each in the
+member of their name.
 
 Random schemas, one a hypothesis example and one topic each: Avro values are records of any
 nesting (unions with null and of several branches, enums, fixed, decimals of bytes and fixed,
