@@ -24,6 +24,7 @@ import yaml
 from matos_dagster.core import settings
 from matos_dagster.core.offsets.ranges import OffsetRange, check_topic
 from matos_dagster.core.schemas.decode import FORMATS as VALUE_FORMATS
+from matos_dagster.core.schemas.decode import TYPES
 from matos_dagster.core.schemas.errors import SchemaError
 from matos_dagster.core.schemas.sources import AVRO, JSON, PROTOBUF, FileSource
 from matos_dagster.core.swift import layout
@@ -72,6 +73,8 @@ class TopicConfig:
     value_format: str = "none"
     key_schema_file: str = ""  # a schema kept as a file (values not framed); empty: the schema registry
     value_schema_file: str = ""
+    key_types: str = "one"  # one type for every record, or one member per record name (by_record_name)
+    value_types: str = "one"
     decode_strict: bool = False  # a record that does not decode fails its range
     # event-time windows (core/days/): a partition per day (or hour) of the records' timestamps, UTC
     time_window: str = "day"  # day, hour, or none
@@ -122,6 +125,10 @@ HELP = {
     "key_schema_file": "The keys' schema as a file (`.avsc`, `.json` JSON Schema, a Protobuf descriptor set), "
                        "for a topic without a registry: keys are then bare, not framed. Relative to the topics file.",
     "value_schema_file": "The values' schema as a file, as key_schema_file.",
+    "key_types": "`one`: every key in one struct, its schema versions merged by field name; `by_record_name`: one "
+                 "member per record (Avro) or message (Protobuf) name, for a topic of several record types "
+                 "(RecordNameStrategy, TopicRecordNameStrategy).",
+    "value_types": "As key_types, for the values: `value_data.<RecordName>.<field>`.",
     "decode_strict": "`true`: a record that does not decode fails its range, naming its offset; `false`: it is "
                      "archived with null typed columns and its reason.",
     "time_window": "Event-time windows of the records' timestamps (UTC) as a partitioned asset, each materialised "
@@ -302,7 +309,13 @@ def _check_typing(topic: TopicConfig, where: str, registry_url: str, base: Path 
                 raise TopicsFileError(f"{where}: {side}_schema_file {file.name} holds a schema of type "
                                       f"{schema.schema_type}, not one for {side}_format {fmt}: change one of them")
             files[f"{side}_schema_file"] = str(file)
-        elif fmt in _FILE_TYPES and not registry_url.strip():
+        types = getattr(topic, f"{side}_types")
+        if types not in TYPES:
+            raise TopicsFileError(f"{where}: {side}_types must be one of {', '.join(TYPES)}, got {types!r}")
+        if types != "one" and fmt not in ("avro", "protobuf"):
+            raise TopicsFileError(f"{where}: {side}_types {types} needs {side}_format avro or protobuf (records with "
+                                  f"names), got {fmt}")
+        if not path and fmt in _FILE_TYPES and not registry_url.strip():
             raise TopicsFileError(f"{where}: {side}_format {fmt} takes its schemas from a schema registry and "
                                   f"MATOS_SCHEMA_REGISTRY_URL is empty: set it, or give {side}_schema_file")
     return replace(topic, **files) if files else topic
