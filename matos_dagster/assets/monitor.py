@@ -136,8 +136,8 @@ def monitor_check(topic: TopicConfig) -> AssetChecksDefinition:
                     sum(b - a for r in reports for a, b in r.acknowledged)),
                 "partitions_in_error": MetadataValue.int(sum(r.status == monitor.ERROR for r in reports)),
                 **_decode_metadata(reports),
-                # The topic's days (assets/windows.py): records of a complete day archived late, and
-                # timestamps the days left out (a clock ahead, none at all).
+                # The topic's days (assets/windows.py): records of a complete day archived late, records
+                # stamped beyond the future margin (in their days), without a timestamp or outside the days.
                 **({k: MetadataValue.int(v) for k, v in event_time.items() if k != "complete_to_ms"}
                    if event_time else {}),
                 "swift_listing_requests": MetadataValue.int(listings),

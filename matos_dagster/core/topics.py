@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, fields, replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,7 @@ class TopicConfig:
     idle_s: float = 600.0
     future_margin_s: float = 3600.0
     windows_start: str = "2024-01-01"
+    windows_summary: bool = False  # also deploy summary_<topic>, the example of an asset on a window
 
     @property
     def asset_name(self) -> str:
@@ -136,9 +138,12 @@ HELP = {
     "allowed_lateness_s": "A window is complete when every partition's largest archived timestamp is this far "
                           "past its end (or the partition is idle); a record of it archived later is late.",
     "idle_s": "A partition archived up to its log end whose log end has not moved for this long holds back no window.",
-    "future_margin_s": "A timestamp further than this beyond now (a producer's clock ahead) moves no window; "
-                       "it is counted.",
-    "windows_start": "The first window (`YYYY-MM-DD`, UTC): records before it are counted in no window.",
+    "future_margin_s": "A timestamp further than this beyond now (a producer's clock ahead) is counted, and holds "
+                       "its partition's watermark to now plus this; its record is in its window all the same.",
+    "windows_start": "The first window (`YYYY-MM-DD`, UTC, from 1970-01-01): records stamped before it are counted "
+                     "and in no window; no window before it is written.",
+    "windows_summary": "`true`: also deploy `summary_<topic>`, an example asset that depends on each window and "
+                       "reads its records into memory; run by `event_time_automation`.",
 }
 
 _FIELDS = {f.name: f for f in fields(TopicConfig)}
@@ -259,8 +264,9 @@ def _build(values: dict[str, Any], where: str, registry_url: str = "", base: Pat
             raise TopicsFileError(f"{where}: {k} must be > 0, got {getattr(topic, k)}")
     if topic.time_window not in ("day", "hour", "none"):
         raise TopicsFileError(f"{where}: time_window must be day, hour or none, got {topic.time_window!r}")
-    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", topic.windows_start):
-        raise TopicsFileError(f"{where}: windows_start must be a date like 2024-01-01, got {topic.windows_start!r}")
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", topic.windows_start) or not _date_from_1970(topic.windows_start):
+        raise TopicsFileError(f"{where}: windows_start must be a date from 1970-01-01 on, like 2024-01-01, "
+                              f"got {topic.windows_start!r}")
     for k in ("batch_age_s", "stall_s", "compact_min_age_s", "compact_grace_s", "compact_span_s",
               "allowed_lateness_s", "idle_s", "future_margin_s"):
         if getattr(topic, k) < 0:
@@ -275,6 +281,14 @@ def _build(values: dict[str, Any], where: str, registry_url: str = "", base: Pat
             f"{where}: max_record_bytes ({topic.max_record_bytes}) must not exceed object_bytes ({topic.object_bytes})"
         )
     return _check_typing(topic, where, registry_url, base)
+
+
+def _date_from_1970(text: str) -> bool:
+    """A real date, not before Kafka's first timestamp (the epoch)."""
+    try:
+        return datetime.strptime(text, "%Y-%m-%d") >= datetime(1970, 1, 1)
+    except ValueError:
+        return False
 
 
 # The schema files each format reads (sources.FileSource), by the schema type they hold.
