@@ -106,7 +106,8 @@ TIMED = [t for t in TOPICS if t.time_window != "none"]  # event-time windows (as
 WINDOW_JOBS = [windows_job(t) for t in TIMED]
 
 defs = Definitions(
-    assets=[archive_asset(t) for t in TOPICS] + [windows_asset(t) for t in TIMED] + [summary_asset(t) for t in TIMED],
+    assets=[archive_asset(t) for t in TOPICS] + [windows_asset(t) for t in TIMED]
+    + [summary_asset(t) for t in TIMED if t.windows_summary],
     asset_checks=CHECKS,
     jobs=[load, archive_ranges_job(TOPIC_SET), ADD_RANGES,
           backfill_job(TOPIC_SET, ADD_RANGES, lambda: defs.resolve_asset_graph()), acknowledge_loss_job(TOPIC_SET),

@@ -8,7 +8,9 @@ rows, and every later command, `dg dev` included, fails with "more than one head
 issue 27390, about half the time with three commands at once). So every place the project
 creates or first opens an instance (the CLI, `make up`, `make run`, `make run-postgres`, the
 tests' helpers) calls `prepare` first: it opens the instance once under an exclusive lock of
-the folder, so that its storage exists whole before anything else may open it.
+the folder, so that its storage exists whole before anything else may open it. Dagster's own
+processes (webserver, daemon, `dagster job execute`, `dg launch`, run workers) take the same lock
+through the instance class the project's dagster.yaml names (instance_storage.py).
 
 Usage: `python -m matos_dagster.instance [HOME]` prepares HOME (default $DAGSTER_HOME);
 `--repair` mends an instance broken this way.
@@ -23,6 +25,7 @@ import os
 import shutil
 import sqlite3
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -30,7 +33,8 @@ import yaml
 
 from matos_dagster.core import settings
 
-TEMPLATE = settings.PROJECT_ROOT / "dagster.yaml"
+# The project's dagster.yaml (a symlink in the source tree, the file itself in the wheel).
+TEMPLATE = Path(__file__).resolve().parent / "dagster.yaml"
 LOCK = ".matos-instance.lock"
 # For storage that is not in the folder (PostgreSQL): which configuration was prepared.
 PREPARED = ".matos-instance-prepared"
@@ -120,12 +124,32 @@ def repair(home: Path | None = None) -> list[str]:
     return mended
 
 
+# Within one process the lock is reentrant: `prepare` holds it while Dagster opens the storage
+# (instance_storage.py), which takes it too; a second flock of the same file would wait forever.
+_held: dict[Path, int] = {}
+_threads = threading.RLock()
+
+
 @contextlib.contextmanager
 def locked(home: Path) -> Iterator[None]:
-    home.mkdir(parents=True, exist_ok=True)
-    with open(home / LOCK, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
+    """The exclusive lock of the instance folder, between processes and between threads."""
+    home = home.absolute()
+    with _threads:
+        if _held.get(home):
+            _held[home] += 1
+            try:
+                yield
+            finally:
+                _held[home] -= 1
+            return
+        home.mkdir(parents=True, exist_ok=True)
+        with open(home / LOCK, "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            _held[home] = 1
+            try:
+                yield
+            finally:
+                _held.pop(home)
 
 
 def missing_variables(home: Path) -> None:
@@ -170,7 +194,8 @@ def _env_names(node: Any) -> Iterator[str]:
 
 
 def _sqlite(home: Path) -> bool:
-    """Whether the instance keeps Dagster's default storage: sqlite files in its folder."""
+    """Whether the instance keeps sqlite files in its folder: Dagster's default storage, or the
+    project's instance (instance_storage.py), whose default it is."""
     config = _config(home)
     storage = config.get("storage") or {}
     separate = {"run_storage", "event_log_storage", "schedule_storage"} & set(config)

@@ -59,12 +59,19 @@ def test_the_documentation_builds_with_no_warning(tmp_path):
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "WARNING" not in p.stderr, p.stderr[-3000:]
     for page in ("index.html", "configuration/index.html", "operations/index.html", "layout/index.html",
-                 "design/index.html", "reliability/index.html", "performance/index.html", "development/index.html"):
+                 "design/index.html", "reliability/index.html", "performance/index.html", "development/index.html",
+                 "changelog/index.html", "operations/installing/index.html", "operations/deployment/index.html",
+                 "operations/troubleshooting/index.html", "operations/sizing/index.html", "reference/cli/index.html"):
         assert (site / page).is_file(), page
     performance = (site / "performance" / "index.html").read_text()
     # The tables `make bench` writes are included (pymdownx.snippets), and its chart is beside them.
     assert "CPU bound of archiving" in performance and "ratio of minima" in performance
     assert 'src="throughput.png"' in performance and (site / "performance" / "throughput.png").is_file()
+    # The Python API from the docstrings (mkdocstrings), and the deployment files as they are (snippets).
+    python = (site / "reference" / "python" / "index.html").read_text()
+    assert "read_table" in python and "The archive's Swift container" in python, python[:3000]
+    deployment = re.sub(r"<[^>]+>", "", (site / "operations" / "deployment" / "index.html").read_text())
+    assert "ExecStart=/opt/matos/venv/bin/dagster-daemon run -w /etc/matos/workspace.yaml" in deployment
 
 
 def test_the_readme_is_a_page_for_users_of_at_most_300_lines():

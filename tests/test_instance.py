@@ -9,11 +9,15 @@ missing partition key after they opened the instance, as in the issue's reproduc
 from __future__ import annotations
 
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
+from matos_dev.stack.process import free_port
 
 from matos_dagster import instance
 from matos_dagster.core.settings import PROJECT_ROOT
@@ -21,6 +25,9 @@ from matos_dagster.core.settings import PROJECT_ROOT
 MATOS = [sys.executable, "-m", "matos_dagster"]
 KEY = "demo:p00000:00000000000000000000-00000000000000000001"
 PRODUCTION_INSTANCE = PROJECT_ROOT / "dagster.postgres.yaml"
+# The instance file a user copies into their DAGSTER_HOME (docs/operations/deployment.md).
+SHIPPED_INSTANCE = PROJECT_ROOT / "dagster.yaml"
+BIN = Path(sys.executable).parent
 
 
 def stamps(home) -> dict[str, list[str]]:
@@ -120,3 +127,90 @@ def test_make_up_and_make_run_postgres_create_the_instance_before_anything_opens
         assert p.returncode == 0, p.stderr
         assert "-m matos_dagster.instance" in p.stdout, p.stdout
         assert p.stdout.index("-m matos_dagster.instance") < p.stdout.index(before)
+
+
+# Dagster's own commands, as a user or their service manager starts them. The one-shot runs are
+# given a run config Dagster refuses after it opened the instance (no Kafka is reached); the
+# services are stopped once they say they have opened it.
+BAD_CONFIG = "ops:\n  produce:\n    config:\n      count: not-a-number\n"
+SERVING = {"dagster-daemon": "Instance is configured with the following daemons",
+           "dagster-webserver": "Serving dagster-webserver on"}
+AT_ONCE = [
+    # Dagster's own CLI, four at once (make test: they load no code location).
+    pytest.param(["dagster instance info", "dagster run list"] * 2, id="cli"),
+    # Two runs launched from a shell or a scheduler at the same moment, each pair (slow: each loads
+    # the code location, and four of them take a busy 2-core machine 20 s a round).
+    pytest.param(["dagster job execute", "dagster job execute", "dg launch", "dg launch"], id="runs",
+                 marks=pytest.mark.slow),
+    # A service manager starting the services together, and runs beside them (slow: the services
+    # load the code location before they say they are up).
+    pytest.param(["dagster-daemon", "dagster-webserver", "dagster job execute", "dg launch"], id="services",
+                 marks=pytest.mark.slow),
+]
+REFUSED = ("dagster job execute", "dg launch")  # they end on the bad run config
+ROUNDS = 5
+
+
+def dagster_command(name: str, config: Path) -> list[str]:
+    workspace = str(PROJECT_ROOT / "workspace.yaml")
+    return {
+        "dagster instance info": [str(BIN / "dagster"), "instance", "info"],
+        "dagster run list": [str(BIN / "dagster"), "run", "list"],
+        "dagster job execute": [str(BIN / "dagster"), "job", "execute", "-m", "matos_dagster.definitions",
+                                "-j", "load", "-c", str(config)],
+        "dg launch": [str(BIN / "dg"), "launch", "--job", "load", "--config", str(config)],
+        "dagster-daemon": [str(BIN / "dagster-daemon"), "run", "-w", workspace],
+        "dagster-webserver": [str(BIN / "dagster-webserver"), "-w", workspace, "-h", "127.0.0.1",
+                              "-p", str(free_port())],
+    }[name]
+
+
+@pytest.mark.parametrize("commands", AT_ONCE)
+def test_dagster_s_own_commands_started_at_once_on_fresh_instances_leave_each_usable(tmp_path, commands):
+    """Rounds of Dagster's own commands started at once on a new DAGSTER_HOME holding the project's
+    dagster.yaml, as a user or a service manager starts them: no `matos` command prepares the
+    instance first. Each database is stamped once and the next Dagster command works. With
+    Dagster's own sqlite storage (the dagster.yaml before instance_storage.py), about half the
+    rounds leave a database stamped twice."""
+    config = tmp_path / "bad-config.yaml"
+    config.write_text(BAD_CONFIG)
+    clean = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
+    for round_ in range(ROUNDS):
+        home = tmp_path / f"home{round_}"
+        home.mkdir()
+        (home / "dagster.yaml").write_text(SHIPPED_INSTANCE.read_text())
+        env = {**clean, "DAGSTER_HOME": str(home)}
+        procs = []
+        for i, name in enumerate(commands):
+            log = open(tmp_path / f"{round_}-{i}.log", "w+")
+            # From the project folder, as dg wants it; each in its own session, stopped by its PID.
+            procs.append((name, subprocess.Popen(dagster_command(name, config), env=env, cwd=PROJECT_ROOT,
+                                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True), log))
+        try:
+            deadline = time.monotonic() + 240
+            for name, p, log in procs:
+                while p.poll() is None if name not in SERVING else SERVING[name] not in text(log):
+                    assert p.poll() is None or name not in SERVING, (name, text(log)[-3000:])
+                    assert time.monotonic() < deadline, (name, text(log)[-3000:])
+                    time.sleep(0.2)
+                if name in REFUSED:  # the run config, after it had opened the instance
+                    assert "DagsterInvalidConfigError" in text(log), (name, text(log)[-3000:])
+                elif name not in SERVING:
+                    assert p.returncode == 0, (name, text(log)[-3000:])
+        finally:
+            for _, p, log in procs:
+                if p.poll() is None:  # a service, and the code server it started: its session, by its PID
+                    os.killpg(p.pid, signal.SIGKILL)
+                    p.wait(30)
+                log.close()
+        assert all(len(revisions) == 1 for revisions in stamps(home).values()), (round_, stamps(home))
+        from dagster import DagsterInstance  # the next process to open it: this one
+
+        with DagsterInstance.from_config(str(home)) as after:
+            assert after.get_runs_count() == 0  # it answers (a refused run config records no run)
+
+
+def text(log) -> str:
+    log.flush()
+    log.seek(0)
+    return log.read()

@@ -10,10 +10,6 @@ And: no import cycle in either package, no runtime module over 400 lines.
 from __future__ import annotations
 
 import ast
-import shutil
-import subprocess
-import sys
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -123,22 +119,3 @@ def test_the_cycle_finder_finds_a_cycle(tmp_path):
 def test_no_runtime_module_over_400_lines():
     long = {n: len(p.read_text().splitlines()) for n, p in modules(RUNTIME).items()}
     assert {n: lines for n, lines in long.items() if lines > LONGEST} == {}
-
-
-def test_the_wheel_holds_the_runtime_and_the_native_readers_source_only(tmp_path):
-    # Built from a copy: setuptools leaves a build/ folder beside the sources it builds.
-    source = tmp_path / "source"
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
-        ".venv", ".devstack", ".bench", ".git", "build", "*.egg-info", "__pycache__", "test-output", "site"))
-    p = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(tmp_path),
-                        str(source)], capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, p.stderr[-3000:]
-    (wheel,) = tmp_path.glob("matos_dagster-*.whl")
-    names = zipfile.ZipFile(wheel).namelist()
-    packaged = [n for n in names if ".dist-info/" not in n]
-    assert all(n.startswith("matos_dagster/") for n in packaged), packaged
-    assert not [n for n in packaged if any(x in n for x in ("bench", "devstack", "matos_dev", "demo"))]
-    assert not [n for n in packaged if not n.endswith((".py", ".c"))], "only sources"
-    assert "matos_dagster/core/archive/native/slice_reader.c" in packaged
-    shipped = {n.removesuffix(".py").removesuffix("/__init__").replace("/", ".") for n in packaged if n.endswith(".py")}
-    assert shipped == set(modules(RUNTIME)), "every runtime module, nothing else"

@@ -118,6 +118,7 @@ class Typed:
     kind: str = ""  # Avro: the Python class of the deserializer's value, one branch a kind in a union
     base: str = ""  # Avro: the unnamed base type (a union holds one of each)
     name: str | None = None  # Avro: a named type's full name
+    fields: tuple = ()  # Avro: a record's (name, Typed) of each field
 
 
 def _same(v: Any) -> Any:
@@ -250,7 +251,7 @@ def _record(draw, names: _Names, ns: str, depth: int, always: tuple[tuple[str, .
 
     return Typed(decl, st.fixed_dictionaries({n: t.values for n, t in fields}),
                  pa.struct([pa.field(n, t.arrow, nullable=t.nullable) for n, t in fields]), False, expect,
-                 f"record {full}", "", full)
+                 f"record {full}", "", full, tuple(fields))
 
 
 def _union(draw, names: _Names, ns: str, depth: int) -> Typed:

@@ -4,14 +4,17 @@ when), and again when late records of it are archived (a new data version: what 
 the day is then stale, and automation runs it again).
 
 The sensor evaluates the topic (core/days/evaluate.py: only the ranges archived since its last
-evaluation are read) and requests a run per window to (re)materialise; the asset reads the
-window's record and says what the day holds. `summary_<topic>` is the example of work that
-depends on a day: it reads the day's records straight from the ranges the record names.
+evaluation are read) and requests a run per window to (re)materialise; its cursor is the last
+window whose run it requested, so windows written by a tick that did not end are requested by the
+next. The asset reads the window's record and says what the day holds. `summary_<topic>` (a topic
+with `windows_summary: true`) is an example of work that depends on a day: it reads the day's
+records straight from the ranges the record names.
 """
 
 
 import time
 
+import pyarrow.compute as pc
 from dagster import (
     AssetExecutionContext,
     AssetKey,
@@ -28,7 +31,6 @@ from dagster import (
     RunRequest,
     SensorEvaluationContext,
     SensorResult,
-    SkipReason,
     TableColumn,
     TableRecord,
     TableSchema,
@@ -60,7 +62,8 @@ def windows_partitions(topic: TopicConfig) -> TimeWindowPartitionsDefinition:
 
 def rules(topic: TopicConfig) -> Rules:
     return Rules(length_ms=windows.window_ms(topic.time_window), allowed_lateness_ms=int(topic.allowed_lateness_s * 1000),
-                 idle_ms=int(topic.idle_s * 1000), future_margin_ms=int(topic.future_margin_s * 1000))
+                 idle_ms=int(topic.idle_s * 1000), future_margin_ms=int(topic.future_margin_s * 1000),
+                 first_ms=windows.parse(topic.windows_start, windows.DAY_MS)[0])
 
 
 def windows_asset(topic: TopicConfig):
@@ -106,23 +109,25 @@ def windows_job(topic: TopicConfig):
 
 
 def windows_sensor(topic: TopicConfig, job, interval_s: int):
-    first_ms, _ = windows.parse(topic.windows_start, windows.DAY_MS)
-
     @sensor(name=f"{topic.windows_asset_name}_sensor", job=job, minimum_interval_seconds=interval_s,
             default_status=DefaultSensorStatus.RUNNING,
             description=f"Materialises each {topic.time_window} of `{topic.name}` once it is completely archived.")
     def _windows(context: SensorEvaluationContext, kafka: KafkaResource, swift: SwiftResource):
         parts = kafka.partitions(topic.name)
         marks = kafka.watermarks(topic.name, parts)
+        requested = context.cursor or ""
         with swift.store() as store:
             prefix = layout.join(store.params.prefix, topic.prefix)
             done = evaluate.evaluate(store, prefix, topic.name, rules(topic), {p: marks[p][1] for p in parts},
-                                     int(time.time() * 1000))
-        requests = [RunRequest(run_key=f"{w.key}:{w.version}", partition_key=w.key)
-                    for w in done if w.doc["start"] >= first_ms]
+                                     int(time.time() * 1000), log_starts={p: marks[p][0] for p in parts},
+                                     committed=lambda ps: kafka.committed(topic.name, ps, topic.group),
+                                     requested=requested)
+        requests = [RunRequest(run_key=f"{w.key}:{w.version}", partition_key=w.key) for w in done]
+        cursor = evaluate.last_cursor(done, requested)
         if not requests:
-            return SkipReason(f"no {topic.time_window} of {topic.name} completed or got late records")
-        return SensorResult(run_requests=requests)
+            return SensorResult(skip_reason=f"no {topic.time_window} of {topic.name} completed or got late records",
+                                cursor=cursor)
+        return SensorResult(run_requests=requests, cursor=cursor)
 
     return _windows
 
@@ -142,8 +147,9 @@ def windows_automation(interval_s: int) -> AutomationConditionSensorDefinition:
 
 
 def summary_asset(topic: TopicConfig):
-    """The example of a user's own asset on a day: it depends on the day and runs when it is
-    complete (or changes), reading the day's records directly."""
+    """An example of a user's own asset on a day, deployed for a topic with `windows_summary: true`:
+    it depends on the day and runs when it is complete (or changes), reading the day's records
+    directly (all of them into memory: an example, not a tool for a large day)."""
     name = "summary_" + topic.asset_name.removeprefix("archive_")
 
     @asset(
@@ -164,7 +170,7 @@ def summary_asset(topic: TopicConfig):
         return MaterializeResult(metadata={
             "records": MetadataValue.int(table.num_rows),
             "distinct_keys": MetadataValue.int(len(keys)),
-            "value_bytes": MetadataValue.int(sum(len(v) for v in table["value"].to_pylist() if v is not None)),
+            "value_bytes": MetadataValue.int(pc.sum(pc.binary_length(table["value"])).as_py() or 0),
         })
 
     return _summary

@@ -62,7 +62,7 @@ def parser() -> argparse.ArgumentParser:
             "group; authenticate to Swift and prove the container writable (a probe object, removed); reach "
             "the Spark master; open the Dagster instance. One line per part, OK or what to change. Exit "
             "status 0 when all is well, 1 otherwise.", "check", lambda args: check.run())
-    c = command("add-ranges", "add [start, end) of a topic as archive partition keys (Matos' batch)",
+    c = command("add-ranges", "add [start, end) of a topic as archive partition keys",
                 "Add the offset range [start, end) of a topic as partition keys of its archive asset, cut "
                 "into ranges no larger than the topic's max_range_records. Without offsets: everything "
                 "pending, from where archiving goes on to the log end.",
@@ -110,7 +110,7 @@ def parser() -> argparse.ArgumentParser:
     c = command("instance", "create the Dagster instance's storage, or repair one broken by two commands at once",
                 "Create the storage of the Dagster instance in $DAGSTER_HOME once, under a lock (every command "
                 "does this first). --repair mends an instance whose sqlite storage two processes created at "
-                "once (Dagster issue 27390: 'more than one head').", "instance --repair", _instance)
+                "once (every Dagster command then fails with 'more than one head').", "instance --repair", _instance)
     c.add_argument("--repair", action="store_true", help="mend storage stamped twice")
     return p
 

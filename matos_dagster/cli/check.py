@@ -2,8 +2,8 @@
 
 Settings and the topics file first (no network), then Kafka with the configured security (every
 topic of the topics file, and its group's committed offsets), Swift (authenticated, and the
-container proven writable by a probe object, removed again), the Spark master, and the Dagster
-instance. Each part within its configured timeout; a part that cannot be asked (its settings are
+container proven writable by a probe object, removed again), the Spark master, the slice reader
+this installation has (native or Python: never a failure), and the Dagster instance. Each part within its configured timeout; a part that cannot be asked (its settings are
 wrong) is skipped, said so. Exit status 0 when every part is OK, else 1.
 """
 
@@ -33,7 +33,7 @@ def parts() -> Iterator[tuple[str, str, str]]:
     problems = settings.problems()
     if problems:
         yield "settings", FAIL, "; ".join(problems)
-        for part in ("topics", "kafka", "swift", "spark", "dagster"):
+        for part in ("topics", "kafka", "swift", "spark", "reader", "dagster"):
             yield part, SKIP, "the settings must be right first"
         return
     yield "settings", OK, "every MATOS_ setting is valid"
@@ -41,7 +41,7 @@ def parts() -> Iterator[tuple[str, str, str]]:
         from matos_dagster import definitions
     except Exception as e:  # noqa: BLE001 - a broken topics file names itself
         yield "topics", FAIL, str(e).splitlines()[0]
-        for part in ("kafka", "swift", "spark", "dagster"):
+        for part in ("kafka", "swift", "spark", "reader", "dagster"):
             yield part, SKIP, "the topics file must load first"
         return
     topics = definitions.TOPIC_SET
@@ -50,6 +50,7 @@ def parts() -> Iterator[tuple[str, str, str]]:
     yield _part("kafka", lambda: _kafka(resources["kafka"], topics))
     yield _part("swift", lambda: _swift(resources["swift"]))
     yield _part("spark", _spark)
+    yield _part("reader", _reader)
     yield _part("dagster", _dagster)
 
 
@@ -123,6 +124,17 @@ def _spark() -> str:
         socket.create_connection((where.hostname, where.port), timeout=10).close()
         return f"{master} answers"
     return f"{master}: not checked (only sc://, local and host:port masters are)"
+
+
+def _reader() -> str:
+    """Which slice reader this installation's tasks use: never a failure, the Python one writes the same bytes."""
+    from matos_dagster.core.archive import native
+
+    why = native.why_not()
+    if why is None:
+        return "native slice reader (C, librdkafka) of this installation; Spark workers use their own"
+    return (f"Python slice reader ({why}); where librdkafka's header is, "
+            "`python -m matos_dagster.core.archive.native.build` builds the native one")
 
 
 def _java_home() -> bool:

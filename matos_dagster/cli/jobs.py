@@ -69,7 +69,7 @@ def _iceberg_config():
 
 COMMANDS = (
     JobCommand("load", "load", "produce", _load_config,
-               "produce test records into a topic (Matos' load)",
+               "produce test records into a topic: count, sizes, keys, headers, partitions, transactions, rate",
                "load demo --count 10000 --value-bytes 1024 --partitions 0 1", topic_in_file=False,
                least=(("count", 0), ("value_bytes", 0), ("create_partitions", 0), ("transaction_size", 1))),
     JobCommand("verify", "verify", "verify_archive", _verify_config,

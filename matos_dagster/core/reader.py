@@ -1,30 +1,13 @@
 """Reading the archive back: as one Arrow table, or as a Spark DataFrame read by executors.
 
-    from matos_dagster.core.reader import read_table
-    table = read_table(store, "kafka", "orders", partitions=[3], start=1000, end=2000)
-    table = read_table(params, "kafka", "orders", since_ms=1767225600000, until_ms=1767229200000)
-
-Selection is the intersection of: `partitions` (None: every archived partition), the offset
-window `[start, end)` (None: open) and the time window `[since_ms, until_ms)` of Kafka
-timestamps in milliseconds (None: open; a record without a timestamp never falls in a time
-window). Only what can hold selected records is fetched: range folders are chosen by the
-offsets in their names, manifests by their offsets and min/max timestamps, objects by
-theirs; rows are then filtered exactly. A typed topic's typed columns follow the raw ones, in
-one type across the objects read (records/unify.py: a struct that gained fields has them all,
-null in the older objects' rows). A range without a manifest is not archived and is
-never read, whatever objects its folder holds; an acknowledged loss holds no records and is
-skipped with a note (an `AcknowledgedLoss` warning, or `say`).
-
-Planning is bounded (archived.py): an offset window lists entries from its start to its end,
-and a time window finds its first range by a binary search over offsets (O(log offsets)
-listings and manifests), whatever the history below. That search is exact when timestamps
-do not decrease with offsets, as Kafka's `offsetsForTimes` assumes; for producers that
-stamp records out of order, `scan_all=True` reads every manifest of the offset window.
-
-`prefix` is everything in front of `topic=<topic>/`: MATOS_SWIFT_PREFIX, joined with the
-topic's own `prefix` from the topics file if it has one (e.g. "kafka").
-
-No Dagster imports.
+Selection is the intersection of `partitions`, the offset window `[start, end)` and the time
+window `[since_ms, until_ms)` of Kafka timestamps (`read_table` says each). Only what can hold
+selected records is fetched: range folders are chosen by the offsets in their names, manifests
+by their offsets and min/max timestamps, objects by theirs; rows are then filtered exactly. A
+range without a manifest is never read; an acknowledged loss holds no records and is skipped
+with a note. Planning is bounded (archived.py): an offset window lists entries from its start
+to its end, a time window finds its first range by a binary search over offsets, whatever the
+history below. No Dagster imports.
 """
 
 from __future__ import annotations
@@ -256,13 +239,34 @@ def read_table(
     scan_all: bool = False,
     say: Callable[[str], None] | None = None,
 ) -> pa.Table:
-    """The selected archived records as one Arrow table, sorted by partition, offset: `SCHEMA`, then
-    the typed columns of the objects that have them (`unify.concat`: one type, null where an
-    object lacks a column).
+    """The selected archived records as one Arrow table, read in this process.
 
-    Reads on this process: for what fits in memory. For more, use `read_dataframe`. `scan_all`
-    and `say` (where notes on acknowledged losses go; default: an `AcknowledgedLoss` warning):
-    see `find_manifests`.
+    Exactly the archived records (a range is read only once its manifest is written), each once,
+    sorted by partition and offset. Only the manifests of ranges that overlap the selection are
+    read, and only the objects whose offsets and timestamps can match; the rows are then filtered
+    exactly. For more than fits in memory, use `read_dataframe`.
+
+    Args:
+        store_or_params: The archive's Swift container: a `Store`, or the `SwiftParams` of one
+            (`SwiftResource(...).params()`), which this call opens and closes.
+        prefix: Everything in front of `topic=<topic>/` in the object names: MATOS_SWIFT_PREFIX
+            (`kafka` by default), joined with the topic's own `prefix` from the topics file.
+        topic: The Kafka topic.
+        partitions: The Kafka partitions to read; None: every archived partition.
+        start: First offset of the window (inclusive); None: open.
+        end: End of the window (exclusive); None: open.
+        since_ms: First Kafka timestamp of the time window, in milliseconds since the epoch
+            (inclusive); None: open. A record without a timestamp is in no time window.
+        until_ms: End of the time window (exclusive); None: open.
+        scan_all: Read every manifest of the offset window instead of finding a time window's first
+            range by binary search: for producers that stamp records out of timestamp order.
+        say: Where notes on acknowledged losses in the selection go (they hold no records);
+            None: an `AcknowledgedLoss` warning.
+
+    Returns:
+        A `pyarrow.Table` with the columns of the record table (topic, partition, offset,
+        timestamp, timestamp_type, key, value, headers), then the typed columns of a typed
+        topic's objects, in one type across the objects (null where an object lacks a column).
     """
     store, own = _store(store_or_params)
     try:
@@ -326,6 +330,23 @@ def read_dataframe(
     Timestamps are Spark timestamps (UTC). Typed columns follow the raw ones when the objects
     have them, typed as `read_table` types them: the driver reads the footers of the objects of
     typed ranges (one small GET each, no record) to know their types before the tasks run.
+    The executors import matos_dagster: it must be installed where they run.
+
+    Args:
+        spark: A `SparkSession`, classic or Spark Connect.
+        params: The archive's Swift settings (`SwiftResource(...).params()`).
+        prefix: As `read_table`'s.
+        topic: The Kafka topic.
+        partitions: The Kafka partitions to read; None: every archived partition.
+        start: First offset of the window (inclusive); None: open.
+        end: End of the window (exclusive); None: open.
+        since_ms: First Kafka timestamp of the time window, in milliseconds (inclusive); None: open.
+        until_ms: End of the time window (exclusive); None: open.
+        scan_all: As `read_table`'s.
+        say: As `read_table`'s.
+
+    Returns:
+        A Spark DataFrame with the record table's columns (and a typed topic's typed columns).
     """
     with Store(params) as store:
         windows = windows_for(store, prefix, topic, partitions, start, end, since_ms, until_ms)

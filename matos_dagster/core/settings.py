@@ -127,10 +127,12 @@ class Servers:
 class Url:
     schemes: tuple[str, ...] = ("http", "https")
     empty: bool = False  # empty means "derive it" for some settings
+    credentials: str = ""  # where a user and password go instead of `user:password@` (refused in the URL)
 
     @property
     def takes(self) -> str:
-        return (" or ".join(f"`{s}://...`" for s in self.schemes)) + (" (or empty)" if self.empty else "")
+        out = (" or ".join(f"`{s}://...`" for s in self.schemes)) + (" (or empty)" if self.empty else "")
+        return out + (f", without `user:password@` (they go in {self.credentials})" if self.credentials else "")
 
     def check(self, value: str) -> None:
         if self.empty and not value:
@@ -138,6 +140,22 @@ class Url:
         scheme, sep, rest = value.partition("://")
         if not sep or scheme not in self.schemes or not rest:
             raise ValueError
+        if self.credentials and has_userinfo(value):
+            raise ValueError
+
+
+def has_userinfo(url: str) -> bool:
+    """Whether a URL holds a user (and maybe a password) before its host: `https://user:secret@host`."""
+    return "@" in url.partition("://")[2].split("/", 1)[0]
+
+
+def without_userinfo(url: str) -> str:
+    """`url` with its user and password, if any, left out (`https://user:secret@host` -> `https://host`)."""
+    if not has_userinfo(url):
+        return url
+    scheme, _, rest = url.partition("://")
+    host, slash, path = rest.partition("/")
+    return f"{scheme}://{host.rpartition('@')[2]}{slash}{path}"
 
 
 @dataclass(frozen=True)
@@ -244,7 +262,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("MATOS_SCHEMA_REGISTRY_URL", "",
             "Confluent Schema Registry the typed columns' schemas come from, `http(s)://host:port`; empty: none (a "
             "topic with `avro`, `protobuf` or `json_schema` then needs a schema file). An archive run hands it to its Spark "
-            "tasks, which ask it once for each schema id.", kind=Url(empty=True)),
+            "tasks, which ask it once for each schema id.",
+            kind=Url(empty=True, credentials="MATOS_SCHEMA_REGISTRY_USERNAME and MATOS_SCHEMA_REGISTRY_PASSWORD")),
     Setting("MATOS_SCHEMA_REGISTRY_USERNAME", "",
             "Basic-auth user of the schema registry (an API key); empty: no auth."),
     Setting("MATOS_SCHEMA_REGISTRY_PASSWORD", "", "Basic-auth password of the schema registry (an API secret).",
@@ -285,7 +304,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("MATOS_KEEP_FAILED_RUNS_DAYS", "14", "Days a failed run is kept for an operator, beyond MATOS_KEEP_RUNS.", kind=Number(unit="days")),
     # Local stack
     Setting("MATOS_DEVSTACK_DIR", str(PROJECT_ROOT / ".devstack"),
-            "Where the local stack keeps its data, logs and downloads.", group=LOCAL_STACK),
+            "Where the local stack keeps its data, logs and downloads. The product reads it too: the Dagster "
+            "instance is `<MATOS_DEVSTACK_DIR>/dagster` when DAGSTER_HOME is unset, and the Iceberg catalog "
+            "`<MATOS_DEVSTACK_DIR>/iceberg/catalog.db` when MATOS_ICEBERG_CATALOG is empty.", group=LOCAL_STACK),
     Setting("MATOS_DEVSTACK_CACHE", "",
             "Download cache of the local stack (Kafka jars, Swift venv); empty: `<MATOS_DEVSTACK_DIR>/cache`.", group=LOCAL_STACK),
     Setting("MATOS_DEVSTACK_KAFKA_PORT", "9092", "Port of the local Kafka broker.", kind=PORT, group=LOCAL_STACK),
@@ -328,7 +349,7 @@ def _problem(s: Setting, value: str) -> str | None:
     try:
         s.kind.check(value)
     except ValueError:
-        shown = "(empty)" if value == "" else ("(hidden)" if s.secret else repr(value))
+        shown = "(empty)" if value == "" else ("(hidden)" if s.secret else repr(without_userinfo(value)))
         return f"{s.name} is {shown}: it takes {s.kind.takes}"
     return None
 
@@ -374,7 +395,9 @@ def markdown_table(group: str = PRODUCT) -> str:
 def reference() -> str:
     """The settings reference of the documentation, exactly (a test compares them)."""
     return (f"### The product's settings\n\n{markdown_table(PRODUCT)}\n\n"
-            f"### The local stack's settings\n\nRead by `make up` / `python -m matos_dev.stack` only.\n\n"
+            f"### The local stack's settings\n\nRead by `make up` / `python -m matos_dev.stack`; "
+            f"`MATOS_DEVSTACK_DIR` is also where the product falls back to for the Dagster instance and the "
+            f"Iceberg catalog (below). In production set DAGSTER_HOME and MATOS_ICEBERG_CATALOG instead.\n\n"
             f"{markdown_table(LOCAL_STACK)}\n")
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, fields, replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ import yaml
 from matos_dagster.core import settings
 from matos_dagster.core.offsets.ranges import OffsetRange, check_topic
 from matos_dagster.core.schemas.decode import FORMATS as VALUE_FORMATS
+from matos_dagster.core.schemas.decode import TYPES
 from matos_dagster.core.schemas.errors import SchemaError
 from matos_dagster.core.schemas.sources import AVRO, JSON, PROTOBUF, FileSource
 from matos_dagster.core.swift import layout
@@ -72,6 +74,8 @@ class TopicConfig:
     value_format: str = "none"
     key_schema_file: str = ""  # a schema kept as a file (values not framed); empty: the schema registry
     value_schema_file: str = ""
+    key_types: str = "one"  # one type for every record, or one member per record name (by_record_name)
+    value_types: str = "one"
     decode_strict: bool = False  # a record that does not decode fails its range
     # event-time windows (core/days/): a partition per day (or hour) of the records' timestamps, UTC
     time_window: str = "day"  # day, hour, or none
@@ -79,6 +83,7 @@ class TopicConfig:
     idle_s: float = 600.0
     future_margin_s: float = 3600.0
     windows_start: str = "2024-01-01"
+    windows_summary: bool = False  # also deploy summary_<topic>, the example of an asset on a window
 
     @property
     def asset_name(self) -> str:
@@ -122,6 +127,10 @@ HELP = {
     "key_schema_file": "The keys' schema as a file (`.avsc`, `.json` JSON Schema, a Protobuf descriptor set), "
                        "for a topic without a registry: keys are then bare, not framed. Relative to the topics file.",
     "value_schema_file": "The values' schema as a file, as key_schema_file.",
+    "key_types": "`one`: every key in one struct, its schema versions merged by field name; `by_record_name`: one "
+                 "member per record (Avro) or message (Protobuf) name, for a topic of several record types "
+                 "(RecordNameStrategy, TopicRecordNameStrategy).",
+    "value_types": "As key_types, for the values: `value_data.<RecordName>.<field>`.",
     "decode_strict": "`true`: a record that does not decode fails its range, naming its offset; `false`: it is "
                      "archived with null typed columns and its reason.",
     "time_window": "Event-time windows of the records' timestamps (UTC) as a partitioned asset, each materialised "
@@ -129,9 +138,12 @@ HELP = {
     "allowed_lateness_s": "A window is complete when every partition's largest archived timestamp is this far "
                           "past its end (or the partition is idle); a record of it archived later is late.",
     "idle_s": "A partition archived up to its log end whose log end has not moved for this long holds back no window.",
-    "future_margin_s": "A timestamp further than this beyond now (a producer's clock ahead) moves no window; "
-                       "it is counted.",
-    "windows_start": "The first window (`YYYY-MM-DD`, UTC): records before it are counted in no window.",
+    "future_margin_s": "A timestamp further than this beyond now (a producer's clock ahead) is counted, and holds "
+                       "its partition's watermark to now plus this; its record is in its window all the same.",
+    "windows_start": "The first window (`YYYY-MM-DD`, UTC, from 1970-01-01): records stamped before it are counted "
+                     "and in no window; no window before it is written.",
+    "windows_summary": "`true`: also deploy `summary_<topic>`, an example asset that depends on each window and "
+                       "reads its records into memory; run by `event_time_automation`.",
 }
 
 _FIELDS = {f.name: f for f in fields(TopicConfig)}
@@ -295,8 +307,9 @@ def _build(values: dict[str, Any], where: str, registry_url: str = "", base: Pat
             raise TopicsFileError(f"{where}: {k} must be > 0, got {getattr(topic, k)}")
     if topic.time_window not in ("day", "hour", "none"):
         raise TopicsFileError(f"{where}: time_window must be day, hour or none, got {topic.time_window!r}")
-    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", topic.windows_start):
-        raise TopicsFileError(f"{where}: windows_start must be a date like 2024-01-01, got {topic.windows_start!r}")
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", topic.windows_start) or not _date_from_1970(topic.windows_start):
+        raise TopicsFileError(f"{where}: windows_start must be a date from 1970-01-01 on, like 2024-01-01, "
+                              f"got {topic.windows_start!r}")
     for k in ("batch_age_s", "stall_s", "compact_min_age_s", "compact_grace_s", "compact_span_s",
               "allowed_lateness_s", "idle_s", "future_margin_s"):
         if getattr(topic, k) < 0:
@@ -311,6 +324,14 @@ def _build(values: dict[str, Any], where: str, registry_url: str = "", base: Pat
             f"{where}: max_record_bytes ({topic.max_record_bytes}) must not exceed object_bytes ({topic.object_bytes})"
         )
     return _check_typing(topic, where, registry_url, base)
+
+
+def _date_from_1970(text: str) -> bool:
+    """A real date, not before Kafka's first timestamp (the epoch)."""
+    try:
+        return datetime.strptime(text, "%Y-%m-%d") >= datetime(1970, 1, 1)
+    except ValueError:
+        return False
 
 
 # The schema files each format reads (sources.FileSource), by the schema type they hold.
@@ -345,7 +366,13 @@ def _check_typing(topic: TopicConfig, where: str, registry_url: str, base: Path 
                 raise TopicsFileError(f"{where}: {side}_schema_file {file.name} holds a schema of type "
                                       f"{schema.schema_type}, not one for {side}_format {fmt}: change one of them")
             files[f"{side}_schema_file"] = str(file)
-        elif fmt in _FILE_TYPES and not registry_url.strip():
+        types = getattr(topic, f"{side}_types")
+        if types not in TYPES:
+            raise TopicsFileError(f"{where}: {side}_types must be one of {', '.join(TYPES)}, got {types!r}")
+        if types != "one" and fmt not in ("avro", "protobuf"):
+            raise TopicsFileError(f"{where}: {side}_types {types} needs {side}_format avro or protobuf (records with "
+                                  f"names), got {fmt}")
+        if not path and fmt in _FILE_TYPES and not registry_url.strip():
             raise TopicsFileError(f"{where}: {side}_format {fmt} takes its schemas from a schema registry and "
                                   f"MATOS_SCHEMA_REGISTRY_URL is empty: set it, or give {side}_schema_file")
     return replace(topic, **files) if files else topic

@@ -6,6 +6,7 @@ changes."""
 
 import time
 import uuid
+from types import SimpleNamespace
 
 import pytest
 from dagster import (
@@ -19,6 +20,7 @@ from dagster import (
 )
 from helpers import delete_records, read_kafka
 
+from matos_dagster.assets import windows as windows_assets
 from matos_dagster.assets.windows import summary_asset, windows_asset, windows_job, windows_sensor
 from matos_dagster.core.archive.loss import acknowledge
 from matos_dagster.core.archive.range_run import archive_range
@@ -26,6 +28,7 @@ from matos_dagster.core.days import evaluate, windows
 from matos_dagster.core.days.read import read_window
 from matos_dagster.core.offsets.ranges import OffsetRange
 from matos_dagster.core.swift import layout
+from matos_dagster.core.swift.store import Store
 from matos_dagster.core.topics import TopicConfig
 from matos_dagster.jobs.restore import restore_job
 
@@ -49,6 +52,7 @@ class Days:
         self.sensor = windows_sensor(self.topic, windows_job(self.topic), 30)
         self.asset, self.summary = windows_asset(self.topic), summary_asset(self.topic)
         self.archived = {}
+        self.cursor = None  # the sensor's, from tick to tick as the daemon keeps it
 
     def produce(self, partition: int, *stamps: int) -> None:
         p, failed = self.kafka.producer(), []
@@ -58,18 +62,21 @@ class Days:
         assert p.flush(30) == 0 and not failed, failed
 
     def archive(self) -> None:
+        """What is new in each partition, from its log start (as the lag sensor) the first time."""
         marks = self.kafka.watermarks(self.name, self.kafka.partitions(self.name))
         with self.swift.store() as store:
-            for p, (_, high) in marks.items():
-                if high > self.archived.get(p, 0):
-                    archive_range(OffsetRange(self.name, p, self.archived.get(p, 0), high), self.topic, self.kafka,
-                                  store, self.spark)
+            for p, (low, high) in marks.items():
+                start = self.archived.get(p, low)
+                if high > start:
+                    archive_range(OffsetRange(self.name, p, start, high), self.topic, self.kafka, store, self.spark)
                     self.archived[p] = high
 
     def evaluate(self) -> list[tuple[str, str]]:
         """The sensor's run requests: (day, run key)."""
-        result = self.sensor(build_sensor_context(resources={"kafka": self.kafka, "swift": self.swift}))
-        return [(r.partition_key, r.run_key) for r in getattr(result, "run_requests", None) or []]
+        result = self.sensor(build_sensor_context(resources={"kafka": self.kafka, "swift": self.swift},
+                                                  cursor=self.cursor))
+        self.cursor = result.cursor
+        return [(r.partition_key, r.run_key) for r in result.run_requests or []]
 
     def materialize(self, day: str, instance: DagsterInstance):
         result = materialize([self.asset], partition_key=day, resources={"swift": self.swift}, instance=instance)
@@ -103,7 +110,7 @@ def test_a_day_is_materialised_once_every_partition_has_passed_it_and_again_when
     assert "partition=0/" in rows[0]["ranges"]
     with swift.store() as store:
         state = store.get_json(layout.event_time_state_name(store.params.prefix, days.name))
-    assert state["partitions"]["1"][2] == 1  # the record from 2101 is counted, and moved nothing
+    assert state["partitions"]["1"][2] == 1  # the record from 2101 is counted, in its day, and moved D2 nowhere
     assert days.evaluate() == []  # nothing new: nothing requested again
 
     # A record of D1 archived after D1 completed: late, a new data version, a new run for D1.
@@ -115,7 +122,8 @@ def test_a_day_is_materialised_once_every_partition_has_passed_it_and_again_when
     assert m2.metadata["records"].value == 4 and m2.metadata["late_records"].value == 1
     with swift.store() as store:  # what the monitor check shows of the topic's days
         assert evaluate.counts(store, store.params.prefix, days.name) == {
-            "late_records": 1, "future_timestamps": 1, "untimed_records": 0, "complete_to_ms": D2}
+            "late_records": 1, "future_timestamps": 1, "untimed_records": 0, "outside_windows": 0,
+            "complete_to_ms": D2}
     version = instance.get_latest_data_version_record(AssetKey(days.topic.windows_asset_name), partition_key=key(D1))
     assert version is not None
 
@@ -176,3 +184,53 @@ def test_records_lost_before_they_were_archived_are_reported_on_the_days_they_ma
     # The lost offsets lie between D1's last archived record and D3's first: D1 and D2 may have held them.
     assert [(m.metadata["records"].value, m.metadata["lost_offsets"].value) for m in (d1, d2)] == [(1, 2), (0, 2)]
     assert [r.data["lost"] for r in d2.metadata["partitions"].value.records] == ["[1, 3)"]
+
+
+def test_a_producer_stamping_two_hours_ahead_across_midnight_has_every_record_in_its_day(
+        kafka, swift, spark, new_topic, instance, monkeypatch):
+    """Partition 0's producer sends local time as UTC (+2 h, beyond the 1 h margin, at every tick):
+    it holds the topic back to the margin, no further, and each of its records is in the day it is
+    stamped, also those stamped past midnight while the clock was before it."""
+    days = Days(kafka, swift, spark, new_topic(partitions=2))
+    minute = 60_000
+    clock = SimpleNamespace(ms=D1 + 21 * H + 45 * minute)  # the sensor's now
+    monkeypatch.setattr(windows_assets, "time", SimpleNamespace(time=lambda: clock.ms / 1000))
+    days.produce(0, D1 + 23 * H + H // 2, D2 + H // 2)  # D1 21:30 and 22:30, stamped +2 h
+    days.produce(1, D1 + 21 * H + 40 * minute)
+    days.archive()
+    assert days.evaluate() == []
+    clock.ms = D3 + H + 45 * minute
+    days.produce(0, D3 + 3 * H + 40 * minute)  # D3 01:40 +2 h: past the margin again
+    days.produce(1, D3 + H + 40 * minute)
+    days.archive()
+    assert [d for d, _ in days.evaluate()] == [key(D1), key(D2)]
+    with swift.store() as store:
+        prefix = store.params.prefix
+        got = {d: sorted(read_window(store, prefix, days.name, d)["value"].to_pylist()) for d in (key(D1), key(D2))}
+        assert evaluate.counts(store, prefix, days.name)["future_timestamps"] == 3
+    assert got == {key(D1): sorted(str(t).encode() for t in (D1 + 23 * H + H // 2, D1 + 21 * H + 40 * minute)),
+                   key(D2): [str(D2 + H // 2).encode()]}
+    assert days.materialize(key(D2), instance).metadata["records"].value == 1
+
+
+def test_a_first_record_stamped_in_1970_writes_no_window_before_windows_start_and_costs_one_bounded_evaluation(
+        kafka, swift, spark, new_topic, monkeypatch):
+    """A record stamped 1970-01-01 (a producer without a clock), then normal traffic: the record is
+    counted and in no day (windows_start is 2024-01-01), and the first evaluation writes the one day
+    complete and the one still open, not a day for every day since 1970."""
+    days = Days(kafka, swift, spark, new_topic(partitions=1))
+    days.produce(0, 1, D1 + H, D2 + H)
+    days.archive()
+    real_put, written = Store.put_json, []
+
+    def put(store, name, doc):
+        if "/_event_time/" in name and not name.endswith("/_state.json"):
+            written.append(name.rpartition("/")[2])
+            assert len(written) <= 10, f"the first evaluation writes window after window: {written[:3]}..."
+        return real_put(store, name, doc)
+
+    monkeypatch.setattr(Store, "put_json", put)
+    assert [d for d, _ in days.evaluate()] == [key(D1)]
+    assert sorted(written) == [f"{key(D1)}.json", f"{key(D2)}.json"]  # D1's record, D2 open
+    with swift.store() as store:
+        assert evaluate.counts(store, store.params.prefix, days.name)["outside_windows"] == 1

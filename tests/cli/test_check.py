@@ -21,7 +21,7 @@ def check(env, cwd) -> tuple[int, dict[str, tuple[str, str]]]:
     for line in p.stdout.splitlines():
         part, status, text = line.split(None, 2)
         parts[part] = (status, text)
-    assert list(parts) == ["settings", "topics", "kafka", "swift", "spark", "dagster"], p.stdout
+    assert list(parts) == ["settings", "topics", "kafka", "swift", "spark", "reader", "dagster"], p.stdout
     return p.returncode, parts
 
 
@@ -46,6 +46,8 @@ def test_check_says_ok_for_each_part_of_a_working_setup_and_leaves_no_probe(tmp_
     assert f"1 topic(s), 3 partitions, committed on 0: {topic} (3 partitions)" in parts["kafka"][1]
     assert f"container {container} writable (probe written, removed)" in parts["swift"][1]
     assert f"Spark Connect server {connect_server.url} answers" in parts["spark"][1]
+    from matos_dagster.core.archive import native  # the same installation, asked in this process
+    assert parts["reader"][1].startswith("native" if native.why_not() is None else "Python"), parts
     with swift.store() as store:
         assert list(store.list("")) == [], "the probe object was left behind"
 

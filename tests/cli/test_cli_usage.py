@@ -10,12 +10,14 @@ import socket
 import subprocess
 import sys
 import threading
+import tomllib
 from pathlib import Path
 
 import pytest
 from helpers import new_instance
 
 from matos_dagster.cli import jobs, parser
+from matos_dagster.core.settings import PROJECT_ROOT
 
 MATOS = [sys.executable, "-m", "matos_dagster"]
 
@@ -28,9 +30,10 @@ def subcommands() -> dict[str, argparse.ArgumentParser]:
 def test_matos_is_an_installed_command_with_a_version():
     matos = Path(sys.executable).parent / "matos"
     p = subprocess.run([str(matos), "--version"], capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0 and p.stdout.strip() == "matos 0.1.0", p.stdout + p.stderr
+    version = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert p.returncode == 0 and p.stdout.strip() == f"matos {version}", p.stdout + p.stderr
     p = subprocess.run([*MATOS, "--version"], capture_output=True, text=True, timeout=120)
-    assert p.stdout.strip() == "python -m matos_dagster 0.1.0"
+    assert p.stdout.strip() == f"python -m matos_dagster {version}"
 
 
 @pytest.mark.parametrize("name", sorted(subcommands()))

@@ -45,6 +45,9 @@ def test_the_projects_own_topics_file_is_valid(tmp_path):
         ({"topics": [{"name": "t", "max_record_bytes": 10, "object_bytes": 5}]}, "must not exceed object_bytes"),
         ({"topics": ["a.b", "a-b"]}, "same asset name"),
         ({"topics": ["t"], "extra": 1}, "unknown top-level keys"),
+        ({"topics": [{"name": "t", "windows_start": "1969-12-31"}]}, "windows_start must be a date from 1970-01-01"),
+        ({"topics": [{"name": "t", "windows_start": "2024-02-30"}]}, "windows_start must be a date from 1970-01-01"),
+        ({"topics": [{"name": "t", "windows_summary": "yes"}]}, "windows_summary must be true or false"),
     ],
 )
 def test_an_invalid_topics_file_is_refused_with_what_to_fix(doc, message):

@@ -26,6 +26,7 @@ from matos_dev.stack.swift import SwiftServer
 from swiftclient.exceptions import ClientException
 
 from matos_dagster.assets.archive import archive_asset
+from matos_dagster.cli.common import failure
 from matos_dagster.core import topics as topics_file
 from matos_dagster.core.archive.range_run import RangeRefused, archive_range
 from matos_dagster.core.kafka.errors import UnknownTopic
@@ -109,13 +110,17 @@ def failure_text(error) -> str:
     return "\n".join(parts)
 
 
-def materialize_key(instance, cfg: TopicConfig, partition_key: str, kafka, swift, spark_resource) -> str:
-    """Materialise the archive asset for `partition_key`; it must fail. Returns the error text."""
+def materialize_key(instance, cfg: TopicConfig, partition_key: str, kafka, swift, spark_resource,
+                    result_of: list | None = None) -> str:
+    """Materialise the archive asset for `partition_key`; it must fail. Returns the error text
+    (and appends the run's result to `result_of`, if given)."""
     instance.add_dynamic_partitions(cfg.partitions_name, [partition_key])
     result = materialize(
         [archive_asset(cfg)], partition_key=partition_key, instance=instance, raise_on_error=False,
         resources={"kafka": kafka, "swift": swift, "spark": spark_resource},
     )
+    if result_of is not None:
+        result_of.append(result)
     assert not result.success
     (failure,) = [e for e in result.all_events if e.is_step_failure]
     return failure_text(failure.step_failure_data.error)
@@ -315,9 +320,13 @@ def test_a_record_above_max_record_bytes_fails_its_range_naming_the_offset(kafka
     topic = new_topic()
     produce(kafka, topic, [(b"k", b"small", [])] * 3 + [(b"k", b"x" * 5000, [])] + [(b"k", b"small", [])] * 3)
     cfg = config(topic, object_bytes=4096, max_record_bytes=2048)
-    text = materialize_key(instance, cfg, key(topic, 0, 0, 7), kafka, swift, spark_resource)
+    runs: list = []
+    text = materialize_key(instance, cfg, key(topic, 0, 0, 7), kafka, swift, spark_resource, runs)
     assert f"record {topic}/0@3 is 5001 bytes, above the topic's max_record_bytes (2048)" in text, text
     assert "raise it in the topics file" in text
+    # What `matos archive` prints of the failed run: the refusal, one line, no Spark worker's traceback.
+    assert failure(runs[0]) == (f"record {topic}/0@3 is 5001 bytes, above the topic's max_record_bytes (2048); "
+                                "raise it in the topics file to archive it")
     assert_nothing_written(kafka, swift, cfg)
 
 

@@ -34,7 +34,7 @@ from browser import dump_dom, ensure_chromium, screenshot
 from confluent_kafka.admin import NewTopic
 from dagster import AssetCheckKey, AssetKey, DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter
 from dagster._core.scheduler.instigation import InstigatorType, TickStatus
-from helpers import check_archive, manifests, new_instance, produce, read_archive, read_kafka
+from helpers import check_archive, delete_records, manifests, new_instance, produce, read_archive, read_kafka
 from matos_dev.stack import process
 from matos_dev.stack.process import free_port
 from pg_server import PRODUCTION_INSTANCE, environment, new_database, running_postgres
@@ -45,6 +45,8 @@ from matos_dagster.resources import SwiftResource
 
 DAGSTER = str(Path(sys.executable).parent / "dagster")
 YESTERDAY_MS = windows.start_of(int(time.time() * 1000), windows.DAY_MS) - windows.DAY_MS
+BEFORE_YESTERDAY_MS = YESTERDAY_MS - windows.DAY_MS
+LATE_RECORDS, LATE_DELETED = 100, 25  # the late topic's: half the day before yesterday, half yesterday
 LOGS = PROJECT_ROOT / "test-output" / "test_daemon"
 PARTITIONS = 3
 RECORDS = 300
@@ -109,6 +111,7 @@ class Dev:
     instance_env: dict[str, str] = field(default_factory=dict)  # DAGSTER_PG_* on postgres: for a CLI
     env: dict[str, str] = field(default_factory=dict)  # dagster dev's: a CLI's on the same instance and stack
     quiet_from: Quiet | None = None  # set by test A once its runs have ended: nothing is produced after
+    late_topic: str = ""  # a topic whose log start was past 0 before the daemon started (the days' test)
 
     @property
     def lag_sensor(self) -> str:
@@ -282,13 +285,21 @@ def dev(request, tmp_path_factory, kafka, kafka_server, swift_server, connect_se
         tmp = tmp_path_factory.mktemp(f"daemon-{storage}")
         topic = f"daemon-{uuid.uuid4().hex[:8]}"
         admin = kafka.admin()  # must outlive the future, or the request is cancelled
-        futures = admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])
-        futures[topic].result(timeout=30)
+        late = f"{topic}-late"
+        futures = admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1),
+                                       NewTopic(late, num_partitions=1, replication_factor=1)])
+        for f in futures.values():
+            f.result(timeout=30)
         del admin
+        # As retention leaves a topic older than itself: its first records deleted before anything ran.
+        for day in (BEFORE_YESTERDAY_MS, YESTERDAY_MS):
+            produce(kafka, late, [(b"k", f"{day}".encode(), [], 0)] * (LATE_RECORDS // 2), timestamp=day + 3_600_000)
+        delete_records(kafka, late, 0, LATE_DELETED)
+        days = "    allowed_lateness_s: 0\n    idle_s: 5\n"
         env = dev_project(
             # Days: a partition archived to its log end is idle after 5 s (test A's records are yesterday's).
-            tmp, f"topics:\n  - name: {topic}\n    group: {GROUP}\n    batch: {{records: 50, age_s: 5}}\n"
-                 f"    allowed_lateness_s: 0\n    idle_s: 5\n",
+            tmp, f"topics:\n  - name: {topic}\n    group: {GROUP}\n    batch: {{records: 50, age_s: 5}}\n{days}"
+                 f"    windows_summary: true\n  - name: {late}\n    group: {GROUP}\n{days}",
             f"daemon-{uuid.uuid4().hex[:8]}", instance_env,
             MATOS_SENSOR_INTERVAL_S=str(INTERVAL_S),
             MATOS_MONITOR_INTERVAL_S="30",  # a verdict at least every 30 s, whatever else evaluates the check
@@ -297,7 +308,9 @@ def dev(request, tmp_path_factory, kafka, kafka_server, swift_server, connect_se
             MATOS_SPARK_MASTER=connect_server.url,  # as `make run`: runs are clients of one Spark
         )
         log = LOGS / ("dagster-dev.log" if storage == "sqlite" else f"dagster-dev-{storage}.log")
-        yield stack.enter_context(running_dev(env, topic, log, instance_env))
+        running = stack.enter_context(running_dev(env, topic, log, instance_env))
+        running.late_topic = late
+        yield running
 
 
 def test_the_daemon_archives_new_records_by_itself(dev, kafka, swift_server):
@@ -386,6 +399,24 @@ def test_a_completed_day_is_materialised_by_the_daemon_and_what_depends_on_it_by
     assert event.asset_materialization.partition == day
     assert event.asset_materialization.metadata["records"].value == RECORDS
     assert dev.instance.get_materialized_partitions(days) == {day}  # today is not complete
+
+
+def test_a_topic_whose_log_start_was_past_0_before_its_first_archive_completes_its_days_through_the_daemon(dev):
+    """The late topic's first records were deleted before the daemon started, as retention leaves a
+    topic older than itself: the lag sensor archives it from its log start, and both days its
+    records are stamped are materialised with what is left of them; no summary (not asked for)."""
+    days = AssetKey("days_" + dev.late_topic.replace("-", "_"))
+    wanted = {windows.key(BEFORE_YESTERDAY_MS, windows.DAY_MS): LATE_RECORDS // 2 - LATE_DELETED,
+              windows.key(YESTERDAY_MS, windows.DAY_MS): LATE_RECORDS // 2}
+    with shows_log(dev):
+        wait_for(f"{days.to_user_string()} {sorted(wanted)} materialised by its sensor's runs",
+                 lambda: dev.instance.get_materialized_partitions(days) == set(wanted), 180, dev)
+    got = {}
+    for record in dev.instance.fetch_materializations(days, limit=10).records:
+        m = record.asset_materialization
+        got.setdefault(m.partition, m.metadata["records"].value)  # newest first
+    assert got == wanted
+    assert not dev.instance.get_materialized_partitions(AssetKey("summary_" + dev.late_topic.replace("-", "_")))
 
 
 def quiet_start(dev: Dev, kafka) -> Quiet:

@@ -55,12 +55,14 @@ def test_dg_check_defs_fails_on_a_broken_definition_and_names_it(tmp_path):
     assert "format" in p.stdout + p.stderr and "csv" in p.stdout + p.stderr
 
 
-def test_dg_list_defs_lists_the_archive_asset_jobs_sensors_and_schedules(tmp_path):
-    p = run(offline_env(tmp_path), DG, "list", "defs", "--json")
+def test_dg_list_defs_lists_the_archive_asset_jobs_sensors_and_schedules_and_a_summary_only_where_asked(tmp_path):
+    p = run(offline_env(tmp_path, "topics:\n  - name: demo\n  - name: orders\n    windows_summary: true\n"),
+            DG, "list", "defs", "--json")
     out = p.stdout
-    for name in ("archive_demo", "add_ranges", "backfill", "lag_archive_demo", "monitor", "monitor_checks",
-                 "restore", "verify"):
+    for name in ("archive_demo", "add_ranges", "backfill", "archive_ranges", "lag", "monitor", "monitor_checks",
+                 "restore", "verify", "days_demo", "days_demo_sensor", "event_time_automation", "summary_orders"):
         assert f'"{name}"' in out, (name, out[-3000:])
+    assert '"summary_demo"' not in out  # the example asset on a day is deployed only for a topic that asks
 
 
 def test_dg_launch_archives_one_range_from_the_project_folder(tmp_path, kafka, kafka_server, swift_server,

@@ -16,7 +16,10 @@ environment), into two prefixes. Each archive is read back, and for every record
 
 `read_table` reads both archives; `read_dataframe` (Spark executors) reads the native one of
 Avro and JSON Schema topics and gives the same values, after Spark's documented widening
-(core/spark/frames.py).
+(core/spark/frames.py). Versions of a random Avro record (a field added, another removed) written
+in blocks v1, v2, v3, v1 into one object are each read as their writer wrote them, in the union
+of the versions' types; two random record types on one topic (RecordNameStrategy) each in the
+member of their name.
 
 Random schemas, one a hypothesis example and one topic each: Avro values are records of any
 nesting (unions with null and of several branches, enums, fixed, decimals of bytes and fixed,
@@ -69,7 +72,7 @@ from matos_dagster.core.topics import TopicConfig
 
 READERS = ("native", "python")
 RECORDS = 24  # a topic's records: each example's values, and a null value every seventh
-EXAMPLES = {"avro": 2, "protobuf": 3, "json_schema": 3}  # Avro: 2 for each kind of key
+EXAMPLES = {"avro": 2, "protobuf": 3, "json_schema": 3, "versions": 2}  # Avro: 2 for each kind of key
 pytestmark = pytest.mark.timeout(300)
 
 
@@ -103,11 +106,13 @@ def slice_reader(spark, reader: str):
                 where["MATOS_NATIVE_READER"] = old
 
 
-def archive_twice(kafka, store, spark, registry, topic: str, sizes: list[int], **formats) -> dict[str, pa.Table]:
+def archive_twice(kafka, store, spark, registry, topic: str, sizes: list[int], one_object: bool = False,
+                  **formats) -> dict[str, pa.Table]:
     """The topic's records archived once per slice reader (prefix = the reader's name), in objects
-    of about a third of them each (each object is typed on its own), and read back."""
+    of about a third of them each (each object is typed on its own; `one_object`: all in one), and
+    read back."""
     tables = {}
-    object_bytes = max(*sizes, sum(sizes) // 3)
+    object_bytes = sum(sizes) + 1 if one_object else max(*sizes, sum(sizes) // 3)
     for reader in READERS:
         cfg = TopicConfig(name=topic, group=f"g-{uuid.uuid4().hex[:8]}", prefix=reader, object_bytes=object_bytes,
                           max_record_bytes=object_bytes, **formats)
@@ -149,11 +154,12 @@ def client(registry) -> SchemaRegistryClient:
     return SchemaRegistryClient(registry.client_config())
 
 
-def read_back(kafka, swift, spark, registry, topic, keys, values, spark_read: bool, **formats):
+def read_back(kafka, swift, spark, registry, topic, keys, values, spark_read: bool, one_object: bool = False,
+              **formats):
     produce(kafka, topic, [(k, v, []) for k, v in zip(keys, values, strict=True)], 0)
     with swift.store() as store:
         sizes = [len(k or b"") + len(v or b"") for k, v in zip(keys, values)]
-        tables = archive_twice(kafka, store, spark, registry, topic, sizes, **formats)
+        tables = archive_twice(kafka, store, spark, registry, topic, sizes, one_object, **formats)
         frame = None
         if spark_read:
             frame = read_dataframe(spark, store.params, layout.join(store.params.prefix, "native"), topic).toArrow()
@@ -202,6 +208,90 @@ def test_any_avro_value_and_key_archived_is_what_avro_deserializer_reads(kafka, 
         check(table, "value", produced_values, value_t, lambda b: read(b, value_ctx),
               frame if reader == "native" else None)
         check(table, "key", produced_keys, key_t, read_key, frame if reader == "native" else None)
+
+
+# --------------------------------------------------------------------------- Avro: versions, record types
+
+VERSIONS = (1, 2, 3, 1)  # the order the topic's records come in, a block each: back to v1 at the end
+
+
+@examples("versions")
+@given(data=st.data())
+def test_avro_versions_interleaved_in_one_object_each_record_keeps_every_field_its_writer_set(
+        kafka, swift, spark, new_topic, registry_server, data):
+    """Versions of a random record schema written in blocks v1, v2, v3, v1 into ONE object: v2 adds a
+    field, v3 removes another. Every record is archived, by either reader, as AvroDeserializer reads
+    it with its writer's schema: the fields its writer set, null for the others; the object's type
+    is the union of the versions' (v3's fields first, then the one only older versions have, a field
+    some version lacks nullable)."""
+    t = data.draw(avro_schemas(), "the fullest version")
+    names = [n for n, _ in t.fields]
+    # v1 lacks the last field (a date, time or timestamp: it defines no named type a later field uses),
+    # v3 the one before it (nothing after it but that last field could use a name it defines).
+    kept = {1: names[:-1], 2: names, 3: names[:-2] + names[-1:]}
+    schemas = {v: {**t.schema, "fields": [f for f in t.schema["fields"] if f["name"] in kept[v]]} for v in kept}
+    full = data.draw(st.lists(t.values, min_size=RECORDS, max_size=RECORDS), "values")
+    block = RECORDS // len(VERSIONS)
+    versions = [VERSIONS[min(i // block, len(VERSIONS) - 1)] for i in range(RECORDS)]
+    topic, registry = new_topic(), client(registry_server)
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    write = {v: AvroSerializer(registry, json.dumps(schemas[v])) for v in kept}
+    produced = with_nulls([write[v]({n: x[n] for n in kept[v]}, ctx) for v, x in zip(versions, full)])
+
+    tables, _ = read_back(kafka, swift, spark, registry_server, topic, [None] * RECORDS, produced, False,
+                          one_object=True, value_format="avro")
+
+    fields = dict(t.fields)
+    order = kept[3] + [names[-2]]  # the newest version's fields, then the one only older ones have
+    union = pa.struct([pa.field(n, fields[n].arrow, nullable=fields[n].nullable or n in (names[-1], names[-2]))
+                       for n in order])
+    read = AvroDeserializer(registry, return_record_name=True)  # no reader schema: each writer's own
+    for table in tables.values():
+        assert table.schema.field("value_data").type == union
+        assert table.column("value").to_pylist() == produced
+        assert table.column("value_error").null_count == RECORDS
+        for offset, (b, got) in enumerate(zip(produced, table.column("value_data").to_pylist())):
+            if b is None:
+                assert got is None
+                continue
+            v = read(b, ctx)
+            want = {n: None if n not in v or v[n] is None else fields[n].expect(v[n]) for n in order}
+            assert canon(got) == canon(want), f"offset {offset} (v{versions[offset]}): {got!r} is not {want!r}"
+
+
+@examples("avro")
+@given(data=st.data())
+def test_several_avro_record_types_on_one_topic_are_each_typed_in_a_member_of_their_name(
+        kafka, swift, spark, new_topic, registry_server, data):
+    """Two random record types on one topic (RecordNameStrategy: a subject per record name), their
+    records alternating: with `value_types: by_record_name` every record is typed, in the member of
+    its record's name, exactly as AvroDeserializer reads it; the other member null."""
+    from confluent_kafka.schema_registry import record_subject_name_strategy
+
+    types = {name: data.draw(avro_schemas(always=(TEMPORAL,)), name) for name in ("Placed", "Refunded")}
+    for name, t in types.items():
+        t.schema["name"] = name
+    topic, registry = new_topic(), client(registry_server)
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    conf = {"subject.name.strategy": record_subject_name_strategy}
+    write = {n: AvroSerializer(registry, json.dumps(t.schema), conf=conf) for n, t in types.items()}
+    drawn = {n: data.draw(st.lists(t.values, min_size=RECORDS // 2, max_size=RECORDS // 2), n) for n, t in types.items()}
+    which = ["Placed" if i % 3 else "Refunded" for i in range(RECORDS)]
+    produced = with_nulls([write[n](drawn[n][i // 2], ctx) for i, n in enumerate(which)])
+
+    tables, _ = read_back(kafka, swift, spark, registry_server, topic, [None] * RECORDS, produced, False,
+                          one_object=True, value_format="avro", value_types="by_record_name")
+
+    read = AvroDeserializer(registry, return_record_name=True)
+    for table in tables.values():
+        members = table.schema.field("value_data").type
+        present = sorted({n for n, b in zip(which, produced) if b is not None})
+        assert [(f.name, f.type, f.nullable) for f in members] == [(n, types[n].arrow, True) for n in present]
+        assert table.column("value_error").null_count == RECORDS
+        for offset, (b, got) in enumerate(zip(produced, table.column("value_data").to_pylist())):
+            want = None if b is None else {n: types[n].expect(read(b, ctx)) if n == which[offset] else None
+                                           for n in present}
+            assert canon(got) == canon(want), f"offset {offset}: {got!r} is not {want!r}"
 
 
 # --------------------------------------------------------------------------- Protobuf

@@ -21,7 +21,7 @@ topic gets a new day of ranges for every partition (not timed), then is measured
 in the order A B B A (evaluations, then sensor ticks), B A A B in the next round, and so on;
 
 each with its wall time, Swift listing requests (every container GET, counted in swiftclient),
-object GETs (`Store.get`) and the state object's bytes after it. Figures are ratios year / N = 0
+object GETs (`Store.get`) and PUTs (`Store.put`), and the state object's bytes after it. Figures are ratios year / N = 0
 within a round (median and min-max over the rounds) and the ratio of the minima; the target:
 time within 10%, listing requests and GETs equal.
 """
@@ -53,7 +53,8 @@ RECORD_BYTES = 120
 THREADS = 16
 SENSOR_TIMEOUT_S = 60  # Dagster's default for a sensor evaluation
 FIGURES = ["evaluation_s", "sensor_s"]
-COUNTS = ["evaluation_listings", "evaluation_gets", "sensor_listings", "sensor_gets", "state_bytes"]
+COUNTS = ["evaluation_listings", "evaluation_gets", "evaluation_puts", "sensor_listings", "sensor_gets",
+          "sensor_puts", "state_bytes"]
 
 
 def day_hours(day: int, t0: int) -> tuple[dict, int, int]:
@@ -75,19 +76,24 @@ def range_manifest(prefix: str, r: OffsetRange, fmt: str, hours: dict, first_ts:
 
 
 @contextmanager
-def counting_gets():
-    """`Store.get` calls (every object GET of the evaluation: the state, manifests, window records)."""
-    real, seen = Store.get, {"gets": 0}
+def counting_requests():
+    """`Store.get` and `Store.put` calls (every object GET and PUT of the evaluation: the state,
+    manifests, open windows, window records)."""
+    real_get, real_put, seen = Store.get, Store.put, {"gets": 0, "puts": 0}
 
     def get(store, name):
         seen["gets"] += 1
-        return real(store, name)
+        return real_get(store, name)
 
-    Store.get = get
+    def put(store, name, *a, **kw):
+        seen["puts"] += 1
+        return real_put(store, name, *a, **kw)
+
+    Store.get, Store.put = get, put
     try:
         yield seen
     finally:
-        Store.get = real
+        Store.get, Store.put = real_get, real_put
 
 
 class FakeKafka:
@@ -114,6 +120,7 @@ class Case:
                                   user=server.user, key=server.key, prefix="kafka", retries=3, timeout_s=120)
         self.prefix = layout.join(self.params.prefix, self.cfg.prefix)
         self.rounds: list[dict] = []
+        self.cursor: str | None = None  # the sensor's, from tick to tick
 
     @property
     def log_end(self) -> int:
@@ -145,12 +152,12 @@ class Case:
 
         os.sync()  # no writeback of the new day's objects pending in the timed part
         log_ends = {p: self.log_end for p in range(self.partitions)}
-        with counting_gets() as gets:
+        with counting_requests() as seen:
             before, t = counter.count, time.monotonic()
             done = evaluate.evaluate(store, self.prefix, self.cfg.name, rules(self.cfg), log_ends,
                                      int(time.time() * 1000))
             s = time.monotonic() - t
-        return {"s": s, "listings": counter.count - before, "gets": gets["gets"]}, done
+        return {"s": s, "listings": counter.count - before, **seen}, done
 
     def caught_up(self, store: Store) -> bool:
         state = store.get_json(layout.event_time_state_name(self.prefix, self.cfg.name))
@@ -168,7 +175,7 @@ class Case:
         with Store(self.params) as store:
             # The history is read once, over as many evaluations (sensor ticks) as evaluate.MAX_READS
             # makes it: until one reads nothing new.
-            first, done, longest, ticks = {"s": 0.0, "listings": 0, "gets": 0}, [], 0.0, 0
+            first, done, longest, ticks = {"s": 0.0, "listings": 0, "gets": 0, "puts": 0}, [], 0.0, 0
             while True:
                 one, new = self.evaluate(store, counter)
                 ticks += 1
@@ -188,8 +195,9 @@ class Case:
         return out
 
     def sensor_tick(self, counter: ListingCounter):
-        """`days_<topic>_sensor` evaluated once, as the daemon does: its result, and the call's
-        wall time, listing requests and GETs (the context built before)."""
+        """`days_<topic>_sensor` evaluated once, as the daemon does (with the cursor of its tick
+        before): its result, and the call's wall time, listing requests, GETs and PUTs (the context
+        built before)."""
         from dagster import build_sensor_context
 
         from matos_dagster.assets.windows import windows_job, windows_sensor
@@ -199,12 +207,13 @@ class Case:
         sensor = windows_sensor(self.cfg, windows_job(self.cfg), 30)
         swift = SwiftResource(auth_url=p.auth_url, user=p.user, key=p.key, container=p.container, prefix=p.prefix,
                               retries=3)
-        context = build_sensor_context(resources={"kafka": FakeKafka(self), "swift": swift})
-        with counting_gets() as gets:
+        context = build_sensor_context(resources={"kafka": FakeKafka(self), "swift": swift}, cursor=self.cursor)
+        with counting_requests() as seen:
             before, t = counter.count, time.monotonic()
             result = sensor(context)
             s = time.monotonic() - t
-        return result, {"s": s, "listings": counter.count - before, "gets": gets["gets"]}
+        self.cursor = result.cursor
+        return result, {"s": s, "listings": counter.count - before, **seen}
 
     def measure_evaluation(self, counter: ListingCounter) -> None:
         """A new day, then the evaluation (a round's first half)."""
@@ -264,7 +273,8 @@ def _history(days: int) -> str:
 
 LABELS = {"evaluation_s": "evaluation after a new day (s)", "sensor_s": "sensor tick after a new day (s)",
           "evaluation_listings": "evaluation: listing requests", "evaluation_gets": "evaluation: object GETs",
-          "sensor_listings": "sensor tick: listing requests", "sensor_gets": "sensor tick: object GETs",
+          "evaluation_puts": "evaluation: object PUTs", "sensor_listings": "sensor tick: listing requests",
+          "sensor_gets": "sensor tick: object GETs", "sensor_puts": "sensor tick: object PUTs",
           "state_bytes": "state object (bytes)"}
 
 
@@ -292,20 +302,21 @@ def markdown(results: dict) -> str:
                 f"{y['first_evaluations']} | |")
     rows.append(f"| their time in all / the longest one (s) | {b['first_s']:.2f} / {b['first_longest_s']:.2f} | "
                 f"{y['first_s']:.2f} / {y['first_longest_s']:.2f} | |")
-    rows.append(f"| their object GETs / listing requests | {b['first_gets']:,} / {b['first_listings']:,} | "
-                f"{y['first_gets']:,} / {y['first_listings']:,} | |")
+    rows.append(f"| their object GETs / PUTs / listing requests | {b['first_gets']:,} / {b['first_puts']:,} / "
+                f"{b['first_listings']:,} | {y['first_gets']:,} / {y['first_puts']:,} / {y['first_listings']:,} | |")
     longest = max(b["first_longest_s"], y["first_longest_s"])
     rows += ["", (f"An evaluation reads at most {results.get('max_reads', '?'):,} ranges (`MAX_READS`, shared by the "
-                  f"partitions), so the first ones catch a long history up tick by tick; the longest took "
+                  f"partitions) and writes about {results.get('max_writes', '?'):,} windows at most (`MAX_WRITES`), "
+                  f"so the first ones catch a long history up tick by tick; the longest took "
                   f"{longest:.1f} s, {'within' if longest < SENSOR_TIMEOUT_S else '**beyond**'} Dagster's default "
                   f"sensor timeout ({SENSOR_TIMEOUT_S} s, `DAGSTER_SENSOR_GRPC_TIMEOUT_SECONDS`).")]
     rows += ["", (f"{results['repeats']} round(s) on {results.get('cores', '?')} cores, the topics in the order "
                   "A B B A, then B A A B (a trend in the machine's business falls on both alike); medians (min-max) "
                   "over the rounds, ratios per round, and of the minima over the rounds. Listing requests: every "
-                  "container GET; object GETs: `Store.get`. The state object holds per partition what is known "
-                  "(next offset, largest timestamp, counts) and the day still open: the year's offsets have more "
-                  "digits. The sensor tick's Kafka is a stand-in giving the "
-                  "partitions' log ends; everything else is the product's code on a real Swift.")]
+                  "container GET; object GETs and PUTs: `Store.get`, `Store.put`. The state object holds per "
+                  "partition what is known (next offset, largest timestamp, counts): the year's offsets have more "
+                  "digits; the day still open is an object of its own. The sensor tick's Kafka is a stand-in giving "
+                  "the partitions' log ends; everything else is the product's code on a real Swift.")]
     return "\n".join(rows) + "\n"
 
 
@@ -318,7 +329,7 @@ def run(repeats: int = 3, partitions: int = 100, days: int = 365, say=print) -> 
     t0 = now - now % DAY - (days + 2 * repeats + 10) * DAY  # every day of the run in the past
     counter = ListingCounter()
     results: dict = {"repeats": repeats, "cores": os.cpu_count(), "loadavg_start": os.getloadavg(),
-                     "max_reads": evaluate.MAX_READS}
+                     "max_reads": evaluate.MAX_READS, "max_writes": evaluate.MAX_WRITES}
     with swift_only() as server, counter.installed():
         cases = [Case(server, n, partitions, t0, say) for n in (1, days)]
         results["setup"] = [case.setup(counter) for case in cases]

@@ -252,11 +252,12 @@ def write_manifest(p: Planned, objects: list[dict], store: Store, say: Callable[
 
 def _run_slices(session: Any, jobs: list[SliceJob], r: OffsetRange) -> list[dict]:
     """Every object's manifest entry. A task's RegistryUnavailable (retried by Spark first) is
-    raised as what it is; a slice refused for a record that does not decode raises Undecodable."""
+    raised as what it is; a slice refused for a record that does not decode raises Undecodable,
+    for a record above max_record_bytes RangeRefused: one line each, never a worker's traceback."""
     written = run_entries(
         session, archive_slice, jobs, f"archive {r}", RegistryUnavailable,
         lambda failed: RegistryUnavailable(f"{r}: {failed}; nothing was committed, a later run archives the range"),
-        Undecodable)
+        lambda o: (Undecodable if o.get("kind") == "Undecodable" else RangeRefused)(o["refused"]))
     return [o for objects in written for o in objects]
 
 

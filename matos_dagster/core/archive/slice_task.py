@@ -20,6 +20,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from matos_dagster.core.archive import native
 from matos_dagster.core.offsets.ranges import OffsetRange
 from matos_dagster.core.records.batch import Batch
+from matos_dagster.core.records.objects import row_sizes
 from matos_dagster.core.records.schema import SCHEMA
 from matos_dagster.core.spark import malloc
 from matos_dagster.core.swift import layout
@@ -60,29 +61,36 @@ class SliceJob:
     typing: Any = None
 
 
+_said: set[str] = set()  # why this process reads with the Python reader, once said
+
+
 def archive_slice(job: SliceJob) -> list[dict]:
     """Write the records of `job.slice` as objects; return one manifest entry per object.
 
     Read by the native reader (matos_dagster/core/archive/native: librdkafka straight into Arrow) when it is
     built and not turned off (MATOS_NATIVE_READER=false), else by the Python loop; both write the
     same bytes. Each entry says which one read it (`reader`), and the choice is logged.
-    A typed topic with decode_strict whose record does not decode gives one entry, `refused`,
-    saying which and why: not raised, since Spark would only retry what cannot change.
+    A record above max_record_bytes, or (a typed topic with decode_strict) a record that does
+    not decode, gives one entry, `refused`, saying which and why (`kind`: the exception's name):
+    not raised, since Spark would only retry what cannot change, and its error would reach the
+    run as a Python worker's traceback.
     """
-    refused: tuple[type[Exception], ...] = ()
+    refused: tuple[type[Exception], ...] = (RecordTooLarge,)
     if job.typing is not None:
         from matos_dagster.core.schemas.typed import Undecodable
 
-        refused = (Undecodable,)
+        refused = (RecordTooLarge, Undecodable)
     why_not = native.why_not(job.kafka_conf)
     try:
         if why_not is None:
             log.info("slice %s: native reader", job.slice)
             return [{**o, "reader": "native"} for o in _archive_native(job)]
-        log.warning("slice %s: Python reader (%s)", job.slice, why_not)
+        # Said once per worker process, not per task: the run's log names the reader of each range.
+        (log.debug if why_not in _said else log.warning)("slice %s: Python reader (%s)", job.slice, why_not)
+        _said.add(why_not)
         return [{**o, "reader": "python"} for o in _archive_python(job)]
     except refused as e:
-        return [{"refused": str(e)}]
+        return [{"refused": str(e), "kind": type(e).__name__}]
 
 
 def consumer_conf(kafka_conf: dict[str, Any], group: str) -> dict[str, Any]:
@@ -158,17 +166,17 @@ def _archive_native(job: SliceJob) -> list[dict]:
             except native.NativeError as e:
                 raise _native_error(job, e) from None
             if chunk is not None:
-                batch.add_chunk(chunk.batch, chunk.nbytes, chunk.largest, chunk.first_offset, chunk.last_offset,
-                                chunk.min_timestamp, chunk.max_timestamp)
+                batch.add_chunk(chunk.batch, chunk.nbytes)
                 del chunk
+                batch = _past_cuts(job, uploads, batch)
                 uploads.pace(batch)
             if object_end and len(batch):
-                uploads.put(batch)
+                _close(job, uploads, batch)
                 batch = _new_batch(job)
             if code == native.SR_DONE:
                 break
         if len(batch):
-            uploads.put(batch)
+            _close(job, uploads, batch)
         return uploads.finish()
     finally:
         reader.close()
@@ -204,6 +212,7 @@ def _archive_python(job: SliceJob) -> list[dict]:
     try:
         consumer.assign([TopicPartition(s.topic, s.partition, s.start)])
         batch = _new_batch(job)
+        object_nbytes = 0  # since the last object the bytes ended (a typed cut ends one too, not this count)
         last_progress = time.monotonic()
         done = False
         next_offset = s.start
@@ -234,11 +243,14 @@ def _archive_python(job: SliceJob) -> list[dict]:
                         size += (len(hk) if hk.isascii() else len(hk.encode())) + (len(hv) if hv else 0)
                 if size > job.max_record_bytes:
                     raise _too_large(job, offset, size)
-                if batch.nbytes and batch.nbytes + size > job.object_bytes:
-                    uploads.put(batch)
-                    batch = _new_batch(job)
+                if object_nbytes and object_nbytes + size > job.object_bytes:
+                    _close(job, uploads, batch)
+                    batch, object_nbytes = _new_batch(job), 0
+                object_nbytes += size
                 ts_type, ts = m.timestamp()
                 batch.add(offset, ts_type, ts, key, value, headers, size)
+                if batch.overflow is not None:
+                    batch = _past_cuts(job, uploads, batch)
             if msgs:
                 last_progress = time.monotonic()
                 uploads.pace(batch)
@@ -249,13 +261,34 @@ def _archive_python(job: SliceJob) -> list[dict]:
                 elif time.monotonic() - last_progress > job.stall_timeout_s:
                     raise _stuck(job, position)
         if len(batch):
-            uploads.put(batch)
+            _close(job, uploads, batch)
         return uploads.finish()
     finally:
         if gc_enabled:
             gc.enable()
         consumer.close()
         uploads.close()
+
+
+def _past_cuts(job: SliceJob, uploads: "Uploads", batch: Batch) -> Batch:
+    """The batch to go on with: `batch` itself, or, where a typed cut ended its object (a record
+    whose writer's type has no union with the object's: core/schemas/typed.py), a new one holding
+    the records from the cut on, the objects before it put."""
+    while batch.overflow is not None:
+        rest, batch.overflow = batch.overflow, None
+        uploads.put(batch)
+        batch = _new_batch(job)
+        batch.add_chunk(rest, int(row_sizes(rest).sum()))
+    return batch
+
+
+def _close(job: SliceJob, uploads: "Uploads", batch: Batch) -> None:
+    """Put the batch's object, and the objects its last records make where typed cuts end it.
+
+    Objects end where the records' bytes reach object_bytes, counted as both readers count them
+    (from the last such end, whatever typed cuts came between), so both write the same objects."""
+    batch.seal()  # its last records typed: they may end its object too
+    uploads.put(_past_cuts(job, uploads, batch))
 
 
 def consume_batch(remaining: int) -> int:

@@ -8,8 +8,10 @@ rewrites the same objects.
 A typed topic's objects keep their typed columns. Objects of a group whose typed columns differ
 (a schema that gained a field) are written in one schema (records/unify.py: every version's
 fields, null where a record's object lacked them), each merged object that of the records it
-holds; the raw columns are the records' bytes, unchanged. An untyped group's objects are
-exactly what they always were. No Dagster imports.
+holds; the raw columns are the records' bytes, unchanged. Objects whose typed columns have no
+one type (a field whose type changed: the slice task cut its objects there) are not merged into
+one: a merged object ends before such an object. An untyped group's objects are exactly what
+they always were. No Dagster imports.
 """
 
 from __future__ import annotations
@@ -76,6 +78,9 @@ def _merge(job: MergeJob) -> list[dict]:
                 raise CompactionError(f"object {o['name']} does not hold the {o['records']} ordered records its manifest lists")
             if len(offsets):
                 last = int(offsets[-1])
+            if pending and not _one_type(pending, table):
+                written.append(_flush(pending, pending_bytes, job, store))
+                pending, pending_bytes = [], 0
             sizes = row_sizes(table)
             # The slice task's rule, record by record: a new object when this one would overflow.
             cut_from = 0
@@ -91,6 +96,15 @@ def _merge(job: MergeJob) -> list[dict]:
         return written
     finally:
         store.close()
+
+
+def _one_type(pending: list[pa.Table], table: pa.Table) -> bool:
+    """Whether `table` can be written in one object with the `pending` ones (records/unify.py)."""
+    try:
+        unify.unify([*(t.schema for t in pending), table.schema])
+    except unify.TypesDiffer:
+        return False
+    return True
 
 
 def row_sizes(table: pa.Table) -> np.ndarray:

@@ -184,7 +184,7 @@ def compact_partition(
         say(f"{job.range}: merging {len(g.members)} ranges ({len(job.inputs)} objects, {g.record_bytes} record bytes)")
     refusal = lambda why: CompactionError(f"{topic.name}/{partition}: {why}; nothing was switched")  # noqa: E731
     written = run_entries(spark, merge_group, jobs, f"compact {topic.name}/{partition}: {len(jobs)} group(s)",
-                          CompactionError, refusal, refusal)
+                          CompactionError, refusal, lambda o: refusal(o["refused"]))
     if jobs:
         faults.at("compact-after-objects")
     for g, job, objects in zip(p.groups, jobs, written):

@@ -19,7 +19,7 @@ from matos_dagster.core.swift.store import Store
 
 
 class WindowNotComplete(LookupError):
-    pass
+    """A window not complete yet: `read_window` reads a day or an hour once its asset materialised it."""
 
 
 def window_record(store: Store, prefix: str, topic: str, window_key: str) -> dict:
@@ -31,7 +31,23 @@ def window_record(store: Store, prefix: str, topic: str, window_key: str) -> dic
 
 
 def read_window(store: Store, prefix: str, topic: str, window_key: str) -> pa.Table:
-    """The records of the window, as `reader.read_table` gives them (typed columns too)."""
+    """The records of one complete day or hour of event time, as `read_table` gives them.
+
+    Only the stretch of offsets the window's record names is read, and only the records stamped
+    inside the window are kept; a range compacted since holds those offsets still, so the
+    window reads the same.
+
+    Args:
+        store: The archive's Swift container (`SwiftResource(...).store()`).
+        prefix: As `read_table`'s.
+        topic: The Kafka topic.
+        window_key: The window, as the days asset's partition key: `2026-11-24` (a day, UTC) or
+            `2026-11-24-13:00` (an hour).
+
+    Raises:
+        WindowNotComplete: The window is not complete yet (or not evaluated): its records are
+            read once its days asset has materialised it.
+    """
     doc = window_record(store, prefix, topic, window_key)
     tables = []
     for p, s in sorted(evaluate.summary(doc).items()):

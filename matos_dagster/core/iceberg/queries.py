@@ -41,9 +41,14 @@ def table_files(t, partition: int | None = None, start: int | None = None, end: 
 
 
 def window_filter(window_key: str) -> str:
-    """The SQL condition of a day (`2026-11-24`) or hour (`2026-11-24-13:00`) of event time, in UTC:
-    on the table's `timestamp`, whose bounds per data file let DuckDB and Spark skip the files of
-    other windows without opening them."""
+    """The SQL condition of a day or an hour of event time, in UTC, on the table's `timestamp`.
+
+    The bounds of `timestamp` per data file let DuckDB and Spark skip the files of other windows
+    without opening them: `SELECT ... FROM iceberg_scan('...') WHERE <this>`.
+
+    Args:
+        window_key: A day (`2026-11-24`) or an hour (`2026-11-24-13:00`).
+    """
     from matos_dagster.core.days import windows
 
     length = windows.DAY_MS if len(window_key) == len("2026-11-24") else windows.HOUR_MS
@@ -58,8 +63,16 @@ def _sql_time(ms: int) -> str:
 
 
 def duckdb_connection(s3: S3 | None = None):
-    """A DuckDB connection that reads the archive over the S3 API, its extensions loaded from the
-    `duckdb-ext-*` wheels (nothing downloaded at run time)."""
+    """A DuckDB connection that reads the archive's Iceberg table over Swift's S3 API.
+
+    Its extensions (httpfs, avro, iceberg) are loaded from the `duckdb-ext-*` wheels, with
+    downloads off: nothing is fetched at run time. Then
+    `con.sql(f"SELECT ... FROM iceberg_scan('{table.metadata_location}')")`.
+
+    Args:
+        s3: The S3 settings of Swift's S3 API (`Tables(store).s3`, from the MATOS_S3_* settings),
+            made a DuckDB secret of the connection; None: none (give your own `CREATE SECRET`).
+    """
     import duckdb
     import duckdb_ext  # noqa: F401 - the wheels' package: its folder holds `extensions/`
 
@@ -83,6 +96,10 @@ def spark_frame(spark, table):
     Use it as a view: `spark_frame(spark, table).createOrReplaceTempView("demo")`, then Spark SQL.
     A typed topic's table has its typed columns after the raw ones, as its schema has them (a file
     without one, or with an older struct, reads null there): `SELECT value_data.customer.id ...`.
+
+    Args:
+        spark: A `SparkSession`, classic or Spark Connect; its executors import matos_dagster.
+        table: The topic's pyiceberg table, loaded with the S3 settings (`Tables(store).table(topic)`).
     """
     from matos_dagster.core.reader import SPARK_DDL, SPARK_SCHEMA
     from matos_dagster.core.records.unify import typed_fields

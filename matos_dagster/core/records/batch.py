@@ -5,14 +5,19 @@ reader); every `chunk_bytes` of records the gathered columns become one record b
 from buffers in C. Given the object's format, each chunk goes straight into the object's
 `ObjectWriter` (objects.py), so a task holds one chunk of rows and the encoded object, never
 the whole object's rows twice. Given a `Typing` (core/schemas/typed.py), each sealed chunk
-gets the topic's typed columns beside its raw bytes before it is written (`ObjectTypes`); without
-one, nothing of that is imported and the chunks are written exactly as before. No Dagster imports.
+gets the topic's typed columns beside its raw bytes before it is written (`ObjectTypes`): when a
+chunk widens the object's type, the chunks written so far are read back and written again in it
+(`_rewritten`); when a record's writer has a type the object's cannot take, the object ends
+before it, and the records from there on wait in `overflow` for the next object (the slice task
+starts it). Without a Typing, nothing of that is imported and the chunks are written exactly as
+before. No Dagster imports.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from matos_dagster.core.days import buckets
 from matos_dagster.core.records import arrays as arrow_arrays
@@ -49,18 +54,21 @@ class Batch:
             from matos_dagster.core.schemas.typed import ObjectTypes  # decoders: only where a topic is typed
 
             self._types = ObjectTypes(typing, topic, partition)
-        # A typed object's writer waits for its schema, which its first decoded chunk fixes.
+        # A typed object's writer waits for its schema, which its first chunk gives.
         self._writer = ObjectWriter(fmt) if fmt is not None and self._types is None else None
         self._rows = 0  # rows in the chunks
         self._new_lists()
         self.nbytes = 0
         self._chunk_start_nbytes = 0
         self.largest = 0  # the largest record's size (a restore checks it against the target)
+        self._largest_kept = 0  # ...of the records in chunks (those a typed cut left out not counted)
         self.first_offset: int | None = None
         self.last_offset: int | None = None
         self.min_timestamp: int | None = None
         self.max_timestamp: int | None = None
         self.hours: buckets.Buckets = {}  # what the object holds of each hour (the days' unit)
+        # Records a typed cut left for the next object (SCHEMA), not part of this one.
+        self.overflow: pa.RecordBatch | None = None
 
     def _new_lists(self) -> None:
         self.offsets: list[int] = []
@@ -89,19 +97,15 @@ class Batch:
         if self.nbytes - self._chunk_start_nbytes >= self.chunk_bytes:
             self._seal()
 
+    def seal(self) -> None:
+        """The records gathered so far made a chunk (typed, for a typed topic: see `overflow`)."""
+        self._seal()
+
     def _seal(self) -> None:
         """Turn the records gathered in Python lists into one Arrow record batch."""
         n = len(self.offsets)
         if not n:
             return
-        if self.first_offset is None:
-            self.first_offset = self.offsets[0]
-        self.last_offset = self.offsets[-1]
-        known = [t for t in self.timestamps if t is not None]
-        if known:
-            lo, hi = min(known), max(known)
-            self.min_timestamp = lo if self.min_timestamp is None else min(self.min_timestamp, lo)
-            self.max_timestamp = hi if self.max_timestamp is None else max(self.max_timestamp, hi)
         # Arrays built from buffers (arrow_arrays), not by `pa.array`, which imports pandas.
         types = self.timestamp_types
         if set(types) <= set(range(len(TIMESTAMP_TYPES))):
@@ -129,50 +133,79 @@ class Batch:
             ],
             schema=SCHEMA,
         )
+        self._new_lists()
         self._emit(chunk)
         del chunk
-        self._rows += n
         self._chunk_start_nbytes = self.nbytes
-        self._new_lists()
 
-    def add_chunk(self, chunk: pa.RecordBatch, nbytes: int, largest: int, first_offset: int, last_offset: int,
-                  min_timestamp: int | None, max_timestamp: int | None) -> None:
-        """Records already in Arrow (the native reader's chunk), taken as `_seal` takes its own."""
+    def add_chunk(self, chunk: pa.RecordBatch, nbytes: int) -> None:
+        """Records already in Arrow (the native reader's chunk, a cut's overflow) of `nbytes` record
+        bytes, taken as `_seal` takes its own."""
         self._seal()
-        if self.first_offset is None:
-            self.first_offset = first_offset
-        self.last_offset = last_offset
-        if min_timestamp is not None:
-            self.min_timestamp = min_timestamp if self.min_timestamp is None else min(self.min_timestamp, min_timestamp)
-            self.max_timestamp = max_timestamp if self.max_timestamp is None else max(self.max_timestamp, max_timestamp)
-        self._rows += chunk.num_rows
-        self._emit(chunk)
         self.nbytes += nbytes
-        self.largest = max(self.largest, largest)
+        self._emit(chunk)
         self._chunk_start_nbytes = self.nbytes
 
     def _emit(self, chunk: pa.RecordBatch) -> None:
-        """A sealed chunk (SCHEMA) to the object: typed first for a typed topic (which may hold it
-        until the object's types are known), then into the writer, or kept for `table()`."""
-        hours, _ = buckets.of_records(chunk.column("timestamp"), chunk.column("offset"), row_sizes(chunk))
+        """A sealed chunk (SCHEMA) to the object: typed first for a typed topic (which may keep
+        only its first records: the rest waits in `overflow`), then into the writer, or kept for `table()`."""
+        if self._types is not None:
+            if self.overflow is not None:
+                raise ValueError("this batch's object ended at a typed cut: its overflow starts the next one")
+            chunk, rest = self._types.add(chunk)
+            if rest is not None:
+                self.overflow = rest
+                self.nbytes -= int(row_sizes(rest).sum())
+                self.largest = self._largest_kept  # the records not sealed yet: none (a cut comes at a seal)
+            if not chunk.num_rows:
+                return
+        sizes = row_sizes(chunk)
+        offsets = chunk.column("offset")
+        if self.first_offset is None:
+            self.first_offset = offsets[0].as_py()
+        self.last_offset = offsets[-1].as_py()
+        self._largest_kept = max(self._largest_kept, int(sizes.max()))
+        self.largest = max(self.largest, self._largest_kept)
+        stamps = pc.min_max(chunk.column("timestamp").cast(pa.int64()))
+        if stamps["min"].is_valid:
+            lo, hi = stamps["min"].as_py(), stamps["max"].as_py()
+            self.min_timestamp = lo if self.min_timestamp is None else min(self.min_timestamp, lo)
+            self.max_timestamp = hi if self.max_timestamp is None else max(self.max_timestamp, hi)
+        hours, _ = buckets.of_records(chunk.column("timestamp"), offsets, sizes)
         self.hours = buckets.merge(self.hours, hours)
-        for out in [chunk] if self._types is None else self._types.add(chunk):
-            self._keep(out)
+        self._rows += chunk.num_rows
+        self._keep(chunk)
 
     def _keep(self, chunk: pa.RecordBatch) -> None:
-        if self._writer is None and self._fmt is not None:
-            self._writer = ObjectWriter(self._fmt, chunk.schema)
-        if self._writer is not None:
+        if self._fmt is not None:
+            if self._writer is None:
+                self._writer = ObjectWriter(self._fmt, chunk.schema)
+            elif self._types is not None and not chunk.schema.equals(self._writer.schema, check_metadata=True):
+                self._writer = self._rewritten(chunk.schema)
             self._writer.write(chunk)
-        else:
-            self._chunks.append(chunk)
+            return
+        if self._types is not None and self._chunks and not chunk.schema.equals(self._chunks[0].schema,
+                                                                                check_metadata=True):
+            self._chunks = [self._types.conform(c) for c in self._chunks]
+        self._chunks.append(chunk)
+
+    def _rewritten(self, schema: pa.Schema) -> ObjectWriter:
+        """A writer of `schema` holding the object's chunks so far, read back from the old writer's
+        bytes a row group at a time and conformed to it. The bytes are those one writer of `schema`
+        writes for the same rows: row groups are cut by the rows alone."""
+        import pyarrow.parquet as pq
+
+        written = pq.ParquetFile(pa.BufferReader(self._writer.finish()))
+        self._writer = None
+        out = ObjectWriter(self._fmt, schema)
+        for i in range(written.num_row_groups):
+            for b in written.read_row_group(i).to_batches():
+                out.write(self._types.conform(b))
+        return out
 
     def _end(self) -> None:
-        """The records gathered so far sealed, and every typed chunk held released."""
+        """The records gathered so far sealed."""
         self._seal()
-        if self._types is not None:
-            for out in self._types.finish():
-                self._keep(out)
 
     @property
     def schema(self) -> pa.Schema:

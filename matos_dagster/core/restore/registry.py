@@ -49,6 +49,9 @@ def target_registry(url: str, timeout: float = 10.0, retries: int = 3) -> Regist
     scheme, sep, rest = url.partition("://")
     if not sep or scheme not in ("http", "https") or not rest:
         raise RestoreRefused(f"target_schema_registry_url is {shown_url(url)!r}: it takes `http(s)://host:port`")
+    if settings.has_userinfo(url):
+        raise RestoreRefused(f"target_schema_registry_url {shown_url(url)!r} holds a user and password: give the URL "
+                             f"without them and set {CREDENTIALS[0]} and {CREDENTIALS[1]}")
     user = settings.get(CREDENTIALS[0])
     return RegistrySource(url, username=user or None, password=settings.get(CREDENTIALS[1]) or None,
                           ca_file=settings.get("MATOS_TARGET_SCHEMA_REGISTRY_CA_FILE") or None,

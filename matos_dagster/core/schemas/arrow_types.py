@@ -16,8 +16,8 @@ why. In short:
     JSON Schema  object with properties -> struct, array with items -> list, string, integer ->
                  int64, number -> float64, boolean, [null, T] -> nullable T; anything else ->
                  string holding the JSON text
-    JSON         no schema: the type pyarrow infers from the batch's values (string, the JSON
-                 text, if they have none in common)
+    JSON         no schema: the type pyarrow infers from the values, growing with the object's
+                 records (schemaless.py)
 
 Here: the type of a whole `Schema`, whatever its language, and of the building blocks.
 """

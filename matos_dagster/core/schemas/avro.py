@@ -1,10 +1,16 @@
 """Avro: a schema's Arrow type, the converter from fastavro's values to it, and reading one record.
 
 The type and the converter come from one walk of the schema (`compile`), so they cannot
-disagree on a branch or a logical type. Values are read by fastavro's `schemaless_reader`,
-which also resolves a record written with one schema version to a reader version (defaults
-for added fields, dropped removed fields, promotions); named types in unions come back as
-`(name, value)` pairs so a union's branch is known by name, not guessed.
+disagree on a branch or a logical type. A record is read by fastavro's `schemaless_reader` with
+the schema it was written with (decode.py never resolves it to another version: the record
+keeps every field its writer set, union.py makes one type of several versions); named types in
+unions come back as `(name, value)` pairs, so a union's branch is known by name. So that every
+branch is known so, whatever its type: before fastavro parses a schema, each unnamed branch of
+a union of several (`"int"`, `"double"`, a timestamp, an array) is wrapped in a record of one
+field of its own (`matos_branch_<n>`, in the enclosing namespace), whose binary encoding is the
+branch's own. A 0.1 written in the double branch of ["null", "float", "double"] is then read in
+the double member, not guessed from its Python value (a float either way). The wrappers are
+invisible in the Arrow type, and avro_columns.py reads them as their branch.
 
 The mapping, and why where there was a choice:
     record -> struct; a field is nullable only if its type is a union with null
@@ -26,23 +32,20 @@ refused with a SchemaError naming the record.
 
 from __future__ import annotations
 
-import datetime
-import decimal
 import io
-import uuid
+import json
 from collections.abc import Callable
 from functools import lru_cache
 from typing import Any, NamedTuple
 
 import fastavro
 import pyarrow as pa
-from fastavro.read import SchemaResolutionError
 
 from matos_dagster.core.schemas import avro_columns as cols
 from matos_dagster.core.schemas.errors import SchemaError
 from matos_dagster.core.schemas.sources import AVRO, Schema, parse_json
 
-__all__ = ["Compiled", "SchemaResolutionError", "compile", "read"]  # decode tells resolution errors apart
+__all__ = ["Compiled", "compile", "read"]
 
 Convert = Callable[[Any], Any] | None  # None: the value is already what Arrow takes
 
@@ -55,14 +58,17 @@ _TIMESTAMPS = {
     "local-timestamp-millis": ("ms", None), "local-timestamp-micros": ("us", None),
     "local-timestamp-nanos": ("ns", None),
 }
+_NAMED = ("record", "error", "enum", "fixed")
+BRANCH = "matos_branch_"  # the wrappers' names (see the module's doc)
 
 
 class Compiled(NamedTuple):
-    parsed: Any  # fastavro's parsed schema, for schemaless_reader
+    parsed: Any  # fastavro's parsed schema (unions' branches wrapped), for schemaless_reader
     type: pa.DataType
     convert: Convert
     columns: Any = None  # how avro_columns reads a chunk of its records at once; None: fastavro only
     bare_bytes: bool = False  # a bare "bytes" schema: see `read`
+    name: str = ""  # the record's name without its namespace (a primitive's type name): what it is
 
 
 @lru_cache(maxsize=256)
@@ -71,44 +77,102 @@ def compile(schema: Schema) -> Compiled:
     if schema.schema_type != AVRO:
         raise SchemaError(f"schema {schema.id} is {schema.schema_type}, not AVRO")
     named: dict[str, Any] = {}
-    parsed = _parse(schema, named)
+    parsed = _parse(schema, named, {})
     arrow, _, convert = _walk(parsed, named, ())
     bare = arrow == pa.binary() and (parsed == "bytes" or isinstance(parsed, dict) and parsed.get("type") == "bytes")
-    return Compiled(parsed, arrow, convert, None if bare else _plan_columns(parsed, named, arrow), bare)
+    return Compiled(parsed, arrow, convert, None if bare else _plan_columns(parsed, named, arrow), bare,
+                    _record_name(parsed))
 
 
-def read(payload: bytes, writer: Compiled, reader: Compiled | None = None, framed: bool = False) -> Any:
-    """One record written with `writer`, as `reader` (None: the writer) sees it, converted for Arrow.
+def read(payload: bytes, writer: Compiled, framed: bool = False) -> Any:
+    """One record written with `writer`, converted for Arrow.
 
     `framed`: the payload came in Confluent's wire format. Confluent's serializers (Java's and
     Python's) write a value of a bare "bytes" schema as it is, not Avro-encoded, and their
     deserializers read it so: such a payload is the value.
 
-    Raises SchemaResolutionError if the writer's record cannot be read as the reader's, and
-    ValueError (or what fastavro raises) for a corrupt payload.
+    Raises ValueError (or what fastavro raises) for a corrupt payload.
     """
     if framed and writer.bare_bytes:
-        if reader is not None and not reader.bare_bytes:
-            raise SchemaResolutionError("a bare bytes value is read as bare bytes only")
         return payload
     buf = io.BytesIO(payload)
-    value = fastavro.schemaless_reader(buf, writer.parsed, None if reader is None or reader is writer
-                                       else reader.parsed, return_named_type=True)
+    value = fastavro.schemaless_reader(buf, writer.parsed, None, return_named_type=True)
     left = len(payload) - buf.tell()
     if left:
         raise ValueError(f"{left} bytes left after the record")
-    convert = (reader or writer).convert
-    return value if convert is None else convert(value)
+    return value if writer.convert is None else writer.convert(value)
 
 
-def _parse(schema: Schema, named: dict[str, Any]) -> Any:
+def _parse(schema: Schema, named: dict[str, Any], wrappers: dict) -> Any:
     # References first: they define the named types the schema uses.
     for ref in schema.references:
-        _parse(ref.schema, named)
+        _parse(ref.schema, named, wrappers)
     try:
-        return fastavro.parse_schema(parse_json(schema.text, f"schema {schema.id}"), named_schemas=named)
+        doc = _wrapped(parse_json(schema.text, f"schema {schema.id}"), "", wrappers)
+        return fastavro.parse_schema(doc, named_schemas=named)
+    except SchemaError:
+        raise
     except Exception as e:  # fastavro's SchemaParseException, UnknownType, ...
         raise SchemaError(f"schema {schema.id} is not a valid Avro schema: {e}") from None
+
+
+def _wrapped(node: Any, ns: str, wrappers: dict) -> Any:
+    """The schema (its JSON) with each unnamed branch of a union of several wrapped in a record of
+    one field (see the module's doc). `ns` is the enclosing namespace; `wrappers` the wrappers
+    defined so far ((namespace, branch) -> name): one is defined once, then used by its name."""
+    if isinstance(node, list):
+        branches = [_wrapped(b, ns, wrappers) for b in node]
+        if sum(b != "null" for b in branches) < 2:
+            return branches
+        return [b if b == "null" or _is_named(b) else _wrapper(b, ns, wrappers) for b in branches]
+    if not isinstance(node, dict):
+        return node
+    kind = node.get("type")
+    if kind in ("record", "error"):
+        name = node.get("name", "")
+        inner = node["namespace"] if "namespace" in node else (name.rpartition(".")[0] if "." in name else ns)
+        fields = node.get("fields")
+        if isinstance(fields, list):
+            node = {**node, "fields": [{**f, "type": _wrapped(f.get("type"), inner or "", wrappers)}
+                                       if isinstance(f, dict) else f for f in fields]}
+        return node
+    if kind == "array" and "items" in node:
+        return {**node, "items": _wrapped(node["items"], ns, wrappers)}
+    if kind == "map" and "values" in node:
+        return {**node, "values": _wrapped(node["values"], ns, wrappers)}
+    if isinstance(kind, (list, dict)):
+        return {**node, "type": _wrapped(kind, ns, wrappers)}
+    return node
+
+
+def _is_named(branch: Any) -> bool:
+    """A named type (record, enum, fixed) or a reference to one: fastavro tags its values itself."""
+    if isinstance(branch, str):
+        return branch not in PRIMITIVES
+    kind = branch.get("type") if isinstance(branch, dict) else None
+    return isinstance(kind, str) and (kind in _NAMED or kind not in PRIMITIVES and kind not in ("array", "map"))
+
+
+def _wrapper(branch: Any, ns: str, wrappers: dict) -> Any:
+    key = (ns, json.dumps(branch, sort_keys=True))
+    if key in wrappers:
+        return wrappers[key]
+    name = wrappers[key] = f"{BRANCH}{len(wrappers)}"
+    return {"type": "record", "name": name, "fields": [{"name": "v", "type": branch}]}
+
+
+def _is_wrapper(node: Any) -> bool:
+    return isinstance(node, dict) and node.get("type") == "record" and \
+        str(node.get("name", "")).rpartition(".")[2].startswith(BRANCH)
+
+
+def _record_name(parsed: Any) -> str:
+    """What the schema's records are: a named type's name without its namespace, else its type."""
+    if isinstance(parsed, dict):
+        if parsed.get("type") in _NAMED:
+            return str(parsed["name"]).rpartition(".")[2]
+        return str(parsed.get("type")) if isinstance(parsed.get("type"), str) else "union"
+    return parsed if isinstance(parsed, str) else "union"
 
 
 def _walk(node: Any, named: dict, stack: tuple[str, ...]) -> tuple[pa.DataType, bool, Convert]:
@@ -121,6 +185,8 @@ def _walk(node: Any, named: dict, stack: tuple[str, ...]) -> tuple[pa.DataType, 
         node = named[node]
     if isinstance(node, list):
         return _union(node, named, stack)
+    if _is_wrapper(node):  # a union's branch, as it is
+        return _walk(node["fields"][0]["type"], named, stack)
     kind = node["type"]
     logical = _logical(node)
     if logical is not None:
@@ -179,62 +245,30 @@ def _union(branches: list, named: dict, stack: tuple[str, ...]) -> tuple[pa.Data
     if len(others) == 1:
         t, _, c = _walk(others[0], named, stack)
         return t, nullable, None if c is None and _name(others[0], named) is None else _unwrap(c)
-    fields, pickers = [], []
+    fields, pickers = [], {}
     for i, branch in enumerate(others):
         t, _, c = _walk(branch, named, stack)
         fields.append(pa.field(f"member{i}", t))
-        pickers.append((f"member{i}", _name(branch, named), _python_kind(branch, named), c))
+        node = named.get(branch) if isinstance(branch, str) else branch
+        pickers[_name(branch, named)] = (f"member{i}", _is_wrapper(node), c)
     return pa.struct(fields), nullable, _members(pickers)
 
 
 def _name(branch: Any, named: dict) -> str | None:
-    """The full name of a named branch (record, enum, fixed): fastavro tags its values with it."""
+    """The full name of a named branch (record, enum, fixed, a wrapper): fastavro tags its values with it."""
     node = named.get(branch) if isinstance(branch, str) else branch
-    return node.get("name") if isinstance(node, dict) and node.get("type") in ("record", "error", "enum",
-                                                                               "fixed") else None
+    return node.get("name") if isinstance(node, dict) and node.get("type") in _NAMED else None
 
 
-def _python_kind(branch: Any, named: dict) -> Callable[[Any], bool]:
-    """How to tell a value of this (unnamed) branch among fastavro's Python values."""
-    node = {"type": branch} if isinstance(branch, str) else branch
-    kind, logical = node["type"], node.get("logicalType")
-    if isinstance(kind, str) and kind in named:
-        return lambda v: False
-    if logical in _TIMESTAMPS and logical.endswith("nanos"):
-        return lambda v: isinstance(v, int) and not isinstance(v, bool)
-    if logical in _TIMESTAMPS:
-        aware = not logical.startswith("local")
-        return lambda v: isinstance(v, datetime.datetime) and (v.tzinfo is not None) == aware
-    by_logical = {"decimal": decimal.Decimal, "uuid": uuid.UUID, "time-millis": datetime.time,
-                  "time-micros": datetime.time}
-    if logical in by_logical and _logical(node) is not None:
-        return lambda v, cls=by_logical[logical]: isinstance(v, cls)
-    if logical == "date" and kind == "int":
-        return lambda v: isinstance(v, datetime.date) and not isinstance(v, datetime.datetime)
-    if kind == "boolean":
-        return lambda v: isinstance(v, bool)
-    if kind == "int":  # [int, long] both take Python ints: the narrower first, by value
-        return lambda v: isinstance(v, int) and not isinstance(v, bool) and -2**31 <= v < 2**31
-    if kind == "long":
-        return lambda v: isinstance(v, int) and not isinstance(v, bool)
-    simple = {"float": float, "double": float, "string": str, "bytes": bytes, "array": list, "map": dict}
-    return lambda v, cls=simple.get(kind, type(None)): isinstance(v, cls)
-
-
-def _members(pickers: list) -> Callable[[Any], Any]:
+def _members(pickers: dict) -> Callable[[Any], Any]:
     def convert(v: Any) -> Any:
         if v is None:
             return None
-        if isinstance(v, tuple):  # (name, value) of a named branch
-            name, v = v
-            for member, branch_name, _, c in pickers:
-                if branch_name == name:
-                    return {member: v if c is None else c(v)}
-            raise ValueError(f"no union branch named {name}")
-        for member, _, matches, c in pickers:
-            if matches(v):
-                return {member: v if c is None else c(v)}
-        raise ValueError(f"no union branch for a {type(v).__name__}")
+        name, v = v  # every branch is named (or wrapped): (name, value)
+        member, wrapped, c = pickers[name]
+        if wrapped:
+            v = v["v"]
+        return {member: v if c is None else c(v)}
     return convert
 
 
@@ -291,6 +325,8 @@ def _plan(node: Any, named: dict, stack: tuple[str, ...]) -> cols.Node:
         node = named[node]
     if isinstance(node, list):
         return _plan_union(node, named, stack)
+    if _is_wrapper(node):  # a union's branch, read as itself
+        return _plan(node["fields"][0]["type"], named, stack)
     kind, logical = node["type"], node.get("logicalType")
     if kind == "int" and logical in _INT_LOGICAL:
         return cols.Integer(_INT_LOGICAL[logical], 32, logical)
@@ -325,26 +361,13 @@ def _plan_nullable(t: Any) -> bool:
     return t == "null" or isinstance(t, list) and "null" in t or isinstance(t, dict) and t.get("type") == "null"
 
 
-# Unnamed branches `_python_kind` tells apart by their Python value: two of one family are read as the
-# first that fits (an int written as long), not as the branch written, so such unions stay with fastavro.
-_FAMILIES = {"int": "integer", "long": "integer", "float": "real", "double": "real"}
-
-
 def _plan_union(branches: list, named: dict, stack: tuple[str, ...]) -> cols.Node:
+    # Every branch of a union of several is named or wrapped (see the module's doc): the branch
+    # written is the one the index says, as fastavro reads it.
     nodes = [_plan(b, named, stack) for b in branches]
     others = [(b, n) for b, n in zip(branches, nodes) if b != "null"]
     if not others:
         raise cols.Unsupported("a union of null only")
     if len(others) == 1:
         return cols.Union(nodes, others[0][1].type)
-    families = [_branch_family(b, named) for b, _ in others]
-    if any(isinstance(b, dict) and b.get("logicalType") for b, _ in others) or len(set(families)) < len(families):
-        raise cols.Unsupported("union branches avro.py tells apart by their Python values")
     return cols.Union(nodes, pa.struct([pa.field(f"member{i}", n.type) for i, (_, n) in enumerate(others)]))
-
-
-def _branch_family(branch: Any, named: dict) -> str:
-    if isinstance(branch, str):
-        return branch if branch in named else _FAMILIES.get(branch, branch)
-    kind = branch.get("type")
-    return branch.get("name", kind) if kind in ("record", "error", "enum", "fixed") else _FAMILIES.get(kind, str(kind))

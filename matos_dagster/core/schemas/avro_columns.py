@@ -9,13 +9,11 @@ Arrow binary array laid over the chunk's bytes, [start, end] for each record's f
 by one `take`. Unions split the records by branch; arrays and maps read their items in rounds.
 
 Only what is read exactly as the per-record path (avro.read) reads it, with the same Arrow type.
-avro.py's `_plan_columns` gives no plan for a decimal or uuid, for a union avro.py tells apart by
-Python values (int and long, float and double, logical types), or for items of no bytes. A record
+avro.py's `_plan_columns` gives no plan for a decimal or uuid, or for items of no bytes. A record
 that does anything unusual (a varint of 10 bytes, a negative length or block count, an enum or
 union index out of range, a string not UTF-8, a date or time Python's datetime cannot hold, a map
 key twice, bytes past its end or left after it) is not ok: decode.py reads it again with
-fastavro, which says what is wrong, or reads it. So does a writer other than the reader. No
-Dagster imports.
+fastavro, which says what is wrong, or reads it. No Dagster imports.
 """
 
 from __future__ import annotations

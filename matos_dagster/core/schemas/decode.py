@@ -5,58 +5,50 @@ a struct for records), the schema id each record named, and for each record that
 decode the reason why. The rules:
 
 - a null value is null data, and no error;
-- a record that does not decode never raises: its data is null and its reason is in `errors`
-  ("no magic byte", "unknown schema id 7", "corrupt payload: ...", "schema 5 not readable
-  with 9: ...") - the raw bytes, kept by the caller, still hold it. With `Side.strict` the
-  first such record raises `UndecodableRecord` instead, naming it;
+- a record that does not decode never raises, whatever its bytes make a reader do: its data is
+  null and its reason is in `errors` ("no magic byte", "unknown schema id 7", "corrupt payload:
+  ...") - the raw bytes, kept by the caller, still hold it. With `Side.strict` the first such
+  record raises `UndecodableRecord` instead, naming it;
 - `RegistryUnavailable` always propagates: the registry's absence is not the record's fault,
   the run fails and is retried;
-- one reader schema per call, so one type: the newest (highest id) usable schema among the
-  ids the records name, or `Side.reader_schema_id` if set (to keep one type across calls).
-  Avro records written with an older version are resolved to it by fastavro (added fields
-  get their defaults); a writer that cannot be resolved is an error for its records only.
-  Protobuf records are parsed as the reader schema's message of the same name (Protobuf's
-  own compatibility: unknown fields ignored, missing ones unset; a field whose type changed
-  incompatibly is not detected by the parser and reads as unset); a call whose records are of
-  several messages is typed by the most frequent one, the others are errors. JSON Schema
-  records are all converted to the reader schema's type.
+- every record is read with the schema it was written with, the one its wire prefix names
+  (writers.py): it keeps every field its writer set, and gains none. The data's type is the
+  union of the records' writers' types (union.py: fields by name, the newest writer's first,
+  numbers widened), or `into` (an object's type, which holds every writer of these records);
+  a writer whose type has no union with the earlier ones' is an error for its records here
+  (typed.py cuts an object there instead);
+- `Side.types`: `one` types every record of the side in that one type; `by_record_name` makes
+  the data a struct of one member per record name (`value_data.Order`, `value_data.Refund`),
+  each member the union of its own writers' types, null where the record is of another;
+- schemaless JSON is typed as schemaless.py infers it, `into` growing with the values.
 
-Framed Avro of the call's reader schema is read a column at a time, straight into Arrow
-(avro_columns.py: no Python object per record, about a fifth of the per-record path's CPU on
-the bench's events); every other record (another writer, a bad or unusual one, a schema that
-reader leaves alone) is read by fastavro, one Python value per record, and `pa.array` makes
-the column: the same data, errors and counts either way (tests/core/schemas/
-test_schema_avro_columns.py). pyarrow imports pandas (if installed) on its first conversion
-from Python objects: the per-record path imports it on its first decode, never at import; the
-column path builds its arrays from buffers and never imports it. Side is a frozen dataclass: it
-pickles to Spark workers.
+Framed Avro is read a column at a time (avro_columns.py: no Python object per record) wherever
+the writer's schema allows, any record it leaves by fastavro, one Python value per record: the
+same data, errors and counts either way (tests/core/schemas/test_schema_avro_columns.py).
+pyarrow imports pandas (if installed) on its first conversion from Python objects: the
+per-record path imports it on its first decode, never at import; the column path builds its
+arrays from buffers and never imports it. Side is a frozen dataclass: it pickles to Spark workers.
 """
 
 from __future__ import annotations
 
-import json
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from matos_dagster.core.records import arrays as arrow_arrays
-from matos_dagster.core.schemas import avro, avro_columns, json_schema, protobuf, wire
-from matos_dagster.core.schemas.errors import (
-    SchemaError,
-    UndecodableRecord,
-    UnknownSchema,
-)
-from matos_dagster.core.schemas.sources import AVRO, JSON, PROTOBUF, Source
+from matos_dagster.core.schemas import schemaless, writers
+from matos_dagster.core.schemas.errors import UndecodableRecord
+from matos_dagster.core.schemas.sources import Source
+from matos_dagster.core.schemas.union import Conflict, joined, placed
+from matos_dagster.core.schemas.writers import SCHEMA_TYPES, Writer, Writers, scan
 
-__all__ = ["FORMATS", "Decoded", "Side", "decode"]
+__all__ = ["FORMATS", "SCHEMA_TYPES", "TYPES", "Decoded", "Side", "decode", "type_of"]
 
 FORMATS = ("avro", "protobuf", "json_schema", "json", "none")
-SCHEMA_TYPES = {"avro": AVRO, "protobuf": PROTOBUF, "json_schema": JSON}
-_REASON = 300  # characters of a reason: enough to say what, not a whole payload
+TYPES = ("one", "by_record_name")  # Side.types
 
 
 @dataclass(frozen=True)
@@ -65,11 +57,13 @@ class Side:
 
     format: str = "none"  # avro | protobuf | json_schema (schema from a source) | json (schemaless) | none
     strict: bool = False  # a record that does not decode raises instead of being reported
-    reader_schema_id: int | None = None  # the reader schema, instead of the newest one of each call
+    types: str = "one"  # one type for every record, or one member per record name (by_record_name)
 
     def __post_init__(self):
         if self.format not in FORMATS:
             raise ValueError(f"unknown format {self.format!r}: one of {', '.join(FORMATS)}")
+        if self.types not in TYPES:
+            raise ValueError(f"unknown types {self.types!r}: one of {', '.join(TYPES)}")
 
 
 @dataclass(frozen=True)
@@ -77,316 +71,93 @@ class Decoded:
     data: pa.Array  # one type for the whole call (null type if no record had a usable schema)
     schema_ids: pa.Array  # int32: the id each framed record named, null where none
     errors: pa.Array  # string: null, or why the record did not decode
-    reader_schema_id: int | None  # the schema the data is typed by (None: a FileSource's, or none)
+    reader_schema_id: int | None  # the newest schema id of the writers in the data's type (None: a file's, or none)
     decoded: int = 0
     failed: int = 0
     nulls: int = 0  # null values (null data, not errors)
 
 
-class _Call:
-    """One call's state: per record, its value (converted for Arrow), its reason, its schema id."""
-
-    def __init__(self, n: int):
-        self.n = n
-        self.out: list = [None] * n
-        self.errors: list[str | None] = [None] * n
-        self.ids: list[int | None] = [None] * n
-
-    def fail(self, i: int, reason: str) -> None:
-        self.errors[i] = _one_line(reason)
+def type_of(found: Sequence[Writer], types: str = "one") -> pa.DataType | None:
+    """The type the records of these writers share: Conflict if there is none."""
+    if not found:
+        return None
+    ordered = sorted(found, key=lambda w: (-1 if w.schema_id is None else w.schema_id, w.key))  # the newest last
+    if types == "one":
+        return joined([w.type for w in ordered])
+    names = sorted({w.name for w in ordered})
+    return pa.struct([pa.field(name, joined([w.type for w in ordered if w.name == name])) for name in names])
 
 
 def decode(values: pa.Array | pa.ChunkedArray, side: Side, source: Source | None = None,
-           offsets: Sequence[int] | None = None) -> Decoded:
+           offsets: Sequence[int] | None = None, found: Writers | None = None,
+           into: pa.DataType | None = None) -> Decoded:
     """Decode a binary column (keys or values) as `side` says, schemas from `source`.
 
     `offsets`, if given, the records' Kafka offsets: strict mode names the failing one by it.
+    `found`: the column's `writers.scan`, if the caller has it; `into`: the type to give the data
+    (see the module's doc).
     """
-    if side.format == "avro" and source is not None and source.framed:
-        columns = _avro_columns(values, side, source, offsets)
-        if columns is not None:
-            return columns
-    raw = values.to_pylist()
-    call = _Call(len(raw))
-    reader_id, arrow_type = None, pa.null()
-    if side.format == "json":
-        data = _schemaless(raw, call)
-    elif side.format == "none":
-        data = pa.nulls(len(raw))
+    arr = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    n = len(arr)
+    nulls = arr.null_count
+    ids = pa.nulls(n, pa.int32())
+    reader_id = None
+    if side.format == "none":
+        errors: list[str | None] = [None] * n
+        data = pa.nulls(n)
+    elif side.format == "json":
+        errors = [None] * n
+        data, _ = schemaless.decode(arr.to_pylist(), into, errors)
     else:
         if source is None:
             raise ValueError(f"format {side.format} needs a schema source")
-        parts = _split(raw, side, source, call)
-        reader_id, arrow_type = _FORMATS[side.format](parts, side, source, call)
-        data = _to_arrow(call, arrow_type)
-    if side.strict:
-        first = next((i for i, e in enumerate(call.errors) if e is not None), None)
-        if first is not None:
-            raise UndecodableRecord(first, call.errors[first], None if offsets is None else int(offsets[first]))
-    nulls = sum(v is None for v in raw)
-    failed = sum(e is not None for e in call.errors)
-    decoded = 0 if side.format == "none" else len(raw) - nulls - failed
-    return Decoded(data, pa.array(call.ids, pa.int32()), pa.array(call.errors, pa.string()), reader_id,
+        ws = found if found is not None else scan(arr, side.format, source)
+        errors = list(ws.errors)
+        data, reader_id = _typed(ws, side, into, errors)
+        if source.framed:
+            ids = arrow_arrays.indices(ws.ids, ws.ids >= 0, pa.int32())
+    first = next((i for i, e in enumerate(errors) if e is not None), None)
+    if side.strict and first is not None:
+        raise UndecodableRecord(first, errors[first], None if offsets is None else int(offsets[first]))
+    failed = n - errors.count(None)
+    decoded = 0 if side.format == "none" else n - nulls - failed
+    return Decoded(data, ids, pa.array(errors, pa.string()) if failed else pa.nulls(n, pa.string()), reader_id,
                    decoded=decoded, failed=failed, nulls=nulls)
 
 
-def _avro_columns(values: pa.Array | pa.ChunkedArray, side: Side, source: Source,
-                  offsets: Sequence[int] | None) -> Decoded | None:
-    """`decode` of framed Avro, the records of the reader's own schema read a column at a time
-    (avro_columns.py), the others (another writer, a bad record, one avro_columns leaves to
-    fastavro) by the per-record path: the same result, without a Python object per record.
-    None when there is nothing to read so (then `decode` reads every record itself)."""
-    arr = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
-    if arr.type != pa.binary():
-        return None
-    n = len(arr)
-    ids = avro_columns.schema_ids(arr)
-    named = set(np.unique(ids[ids >= 0]).tolist())
-    if not named:
-        return None
-    compiled, reader_id = _schemas(named, side, source, avro.compile)
-    reader = compiled.get(reader_id)
-    if reader is None or isinstance(reader, str) or reader.columns is None:
-        return None
-    fast = np.flatnonzero(ids == reader_id)
-    data, ok = avro_columns.read(reader.columns, arr, fast, wire.HEADER)
-    good = fast[ok]
-    if not len(good):
-        return None
-    rest = np.setdiff1d(np.arange(n), good, assume_unique=True)
-    if len(rest):
-        call = _Call(len(rest))
-        _avro_records(_split(arr.take(pa.array(rest)).to_pylist(), side, source, call), compiled, reader_id, call)
-        order = np.empty(n, np.int64)
-        order[good], order[rest] = np.arange(len(good)), len(good) + np.arange(len(rest))
-        data = pa.concat_arrays([data.filter(pa.array(ok)), _to_arrow(call, reader.type)]).take(pa.array(order))
-        errors = [None] * n
-        for k, e in zip(rest.tolist(), call.errors):
-            errors[k] = e
-    else:
-        errors = []
-    failed = sum(e is not None for e in errors)
-    if side.strict and failed:
-        first = next(i for i, e in enumerate(errors) if e is not None)
-        raise UndecodableRecord(first, errors[first], None if offsets is None else int(offsets[first]))
-    return Decoded(data, arrow_arrays.indices(ids, ids >= 0, pa.int32()),
-                   pa.array(errors, pa.string()) if errors else pa.nulls(n, pa.string()), reader_id,
-                   decoded=n - arr.null_count - failed, failed=failed, nulls=arr.null_count)
-
-
-def _split(raw: list, side: Side, source: Source, call: _Call) -> list[tuple[int, int | None, tuple, bytes]]:
-    """(index, schema id, message indexes, payload) of every record to decode."""
-    parts = []
-    for i, v in enumerate(raw):
-        if v is None:
-            continue
-        if not source.framed:
-            parts.append((i, None, (), v))
-            continue
-        framed = wire.split(v, protobuf=side.format == "protobuf")
-        if isinstance(framed, str):
-            call.fail(i, framed)
-            continue
-        call.ids[i] = framed.schema_id
-        parts.append((i, framed.schema_id, framed.message_indexes, framed.payload))
-    return parts
-
-
-def _schemas(named: set, side: Side, source: Source, compile_) -> tuple[dict, int | None]:
-    """Every named schema compiled (or the reason it cannot be), and the reader's id.
-
-    A FileSource's schema is configuration: if it is unusable, that raises. A registered one
-    that is unusable is its records' problem, reported for each of them.
-    """
-    kind = SCHEMA_TYPES[side.format]
-    compiled: dict[int | None, Any] = {}
-    ids: list[int | None] = sorted(named)
-    if not source.framed:
-        ids = [None]  # the file's schema: its type even when every value is null
-    elif side.reader_schema_id is not None:
-        ids = sorted(set(ids) | {side.reader_schema_id})
-    for sid in ids:
-        try:
-            compiled[sid] = compile_(source.get(sid, kind))
-        except UnknownSchema as e:
-            if sid == side.reader_schema_id:
-                raise SchemaError(f"the reader schema: {e}") from None
-            compiled[sid] = str(e)
-        except SchemaError as e:
-            if not source.framed or sid == side.reader_schema_id:
-                raise
-            compiled[sid] = str(e) if str(e).startswith(f"schema {sid}") else f"schema {sid} unusable: {e}"
-    usable = [sid for sid, c in compiled.items() if not isinstance(c, str)]
-    if not source.framed:
-        return compiled, None
-    if side.reader_schema_id is not None:
-        return compiled, side.reader_schema_id
-    return compiled, max(usable) if usable else None
-
-
-def _avro(parts: list, side: Side, source: Source, call: _Call) -> tuple[int | None, pa.DataType]:
-    compiled, reader_id = _schemas({p[1] for p in parts}, side, source, avro.compile)
-    if reader_id not in compiled or isinstance(compiled[reader_id], str):
-        return _unusable(parts, compiled, call)
-    _avro_records(parts, compiled, reader_id, call)
-    return reader_id, compiled[reader_id].type
-
-
-def _avro_records(parts: list, compiled: dict, reader_id: int | None, call: _Call) -> None:
-    """Each record read by fastavro, written with its own schema, as the reader's."""
-    reader = compiled[reader_id]
-    for i, sid, _, payload in parts:
-        writer = compiled[sid]
-        if isinstance(writer, str):
-            call.fail(i, writer)
-            continue
-        try:
-            call.out[i] = avro.read(payload, writer, reader, framed=sid is not None)
-        except avro.SchemaResolutionError as e:
-            call.fail(i, f"schema {sid} not readable with {reader_id}: {e}")
-        except Exception as e:  # fastavro raises what its reading hits: EOFError, IndexError, ...
-            call.fail(i, f"corrupt payload: {_what(e)}")
-
-
-def _protobuf(parts: list, side: Side, source: Source, call: _Call) -> tuple[int | None, pa.DataType]:
-    files, reader_id = _schemas({p[1] for p in parts}, side, source, protobuf.file_of)
-    if not source.framed:  # a descriptor set: the message it names, for every record
-        name = getattr(source, "message", None)
-        try:
-            file_message = protobuf.message_named(files[None], name) if name else protobuf.message_at(files[None], (0,))
-        except LookupError as e:
-            raise SchemaError(f"the schema file: {e}") from None
-        messages = {i: file_message for i, _, _, _ in parts}
-        name = file_message.full_name
-    else:
-        messages = _messages(parts, files, call)
-        if not messages and side.reader_schema_id is None:
-            return _unusable(parts, files, call)
-        # One type per call: the most frequent message (the first one seen on a tie).
-        counts = Counter(d.full_name for d in messages.values())
-        name = counts.most_common(1)[0][0] if counts else protobuf.message_at(files[reader_id], (0,)).full_name
-        if side.reader_schema_id is None:
-            reader_id = max(sid for i, sid, _, _ in parts if i in messages and messages[i].full_name == name)
-    try:
-        reader = protobuf.compile(protobuf.message_named(files[reader_id], name))
-    except LookupError as e:
-        raise SchemaError(f"the reader schema {reader_id}: {e}") from None
-    for i, sid, _, payload in parts:
-        if i not in messages:
-            continue
-        if messages[i].full_name != name:
-            call.fail(i, f"message {messages[i].full_name} is not {name}, this call's type")
-            continue
-        try:
-            call.out[i] = protobuf.read(payload, reader)
-        except ValueError as e:
-            call.fail(i, f"corrupt payload: {_what(e)}")
-    return reader_id, reader.type
-
-
-def _messages(parts: list, files: dict, call: _Call) -> dict[int, Any]:
-    """The message descriptor each framed record's indexes name, in its writer's file."""
-    messages = {}
-    for i, sid, indexes, _ in parts:
-        file = files[sid]
-        if isinstance(file, str):
-            call.fail(i, file)
-            continue
-        try:
-            messages[i] = protobuf.message_at(file, indexes)
-        except LookupError as e:
-            call.fail(i, f"schema {sid}: {e}")
-    return messages
-
-
-def _json_schema(parts: list, side: Side, source: Source, call: _Call) -> tuple[int | None, pa.DataType]:
-    compiled, reader_id = _schemas({p[1] for p in parts}, side, source, json_schema.compile)
-    if reader_id not in compiled or isinstance(compiled[reader_id], str):
-        return _unusable(parts, compiled, call)
-    arrow_type, convert = compiled[reader_id]
-    against = "the schema" if reader_id is None else f"schema {reader_id}"
-    for i, sid, _, payload in parts:
-        if isinstance(compiled[sid], str):
-            call.fail(i, compiled[sid])
-            continue
-        try:
-            value = json.loads(payload)
-        except ValueError as e:
-            call.fail(i, f"corrupt payload: not JSON: {_what(e)}")
-            continue
-        try:
-            call.out[i] = convert(value)
-        except json_schema.Mismatch as e:
-            call.fail(i, f"does not match {against}: {e}")
-    return reader_id, arrow_type
-
-
-_FORMATS = {"avro": _avro, "protobuf": _protobuf, "json_schema": _json_schema}
-
-
-def _schemaless(raw: list, call: _Call) -> pa.Array:
-    loads, out = json.loads, call.out
-    for i, v in enumerate(raw):
-        if v is None:
-            continue
-        try:
-            out[i] = loads(v)
-        except ValueError as e:
-            call.fail(i, f"corrupt payload: not JSON: {_what(e)}")
-    try:  # json_schema.infer's first choice; the texts it falls back on are made only if it fails
-        return pa.array(out)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
-        return json_schema.infer(_texts(raw, call), out)
-
-
-def _texts(raw: list, call: _Call) -> list[str | None]:
-    """Each record's JSON text as written (None where it is not JSON)."""
-    texts: list[str | None] = [None] * call.n
-    for i, v in enumerate(raw):
-        if v is None or call.errors[i] is not None:
-            continue
-        try:
-            texts[i] = v.decode("utf-8")
-        except UnicodeDecodeError:  # UTF-16 or -32 JSON: its text, written anew
-            texts[i] = json_schema.text(call.out[i])
-    return texts
-
-
-def _unusable(parts: list, compiled: dict, call: _Call) -> tuple[None, pa.DataType]:
-    """No record has a usable schema: every one says why, and the data has the null type."""
-    for i, sid, _, _ in parts:
-        if call.errors[i] is None:
-            c = compiled.get(sid)
-            call.fail(i, c if isinstance(c, str) else f"schema {sid} unusable")
-    return None, pa.null()
-
-
-def _to_arrow(call: _Call, arrow_type: pa.DataType) -> pa.Array:
-    """The column; a value Arrow cannot hold (a timestamp out of range, a decimal too wide)
-    makes its record an error, not the call."""
-    try:
-        return pa.array(call.out, type=arrow_type)
-    except (pa.ArrowException, ValueError, TypeError, OverflowError):
-        pass
-    for i, v in enumerate(call.out):
-        if v is None:
-            continue
-        try:
-            pa.array([v], type=arrow_type)
-        except (pa.ArrowException, ValueError, TypeError, OverflowError) as e:
-            call.out[i] = None
-            call.fail(i, f"not representable as {arrow_type}: {_what(e)}")
-    return pa.array(call.out, type=arrow_type)
-
-
-def _what(e: Exception) -> str:
-    # A ValueError says what is wrong; others (EOFError, IndexError from a reader) need their name.
-    if isinstance(e, ValueError) and str(e):
-        return str(e)
-    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
-
-
-def _one_line(reason: str) -> str:
-    line = " ".join(reason.split())
-    return line if len(line) <= _REASON else line[: _REASON - 3] + "..."
-
+def _typed(ws: Writers, side: Side, into: pa.DataType | None,
+           errors: list[str | None]) -> tuple[pa.Array, int | None]:
+    """The records of `ws` read with their writers, in one type; and the newest writer's id."""
+    present = ws.present()
+    if into is None:  # the union of the writers here: one that has none with the earlier ones is an error
+        joinable: list[Writer] = []
+        for _, code in present:
+            w = ws.found[code]
+            try:
+                type_of([*joinable, w], side.types)
+                joinable.append(w)
+            except Conflict as e:
+                for i in ws.rows(code).tolist():
+                    errors[i] = writers.one_line(f"schema {w.schema_id} has no type in common with the other "
+                                                 f"records' schemas here ({e})")
+        present = [(r, c) for r, c in present if ws.found[c] in joinable]
+        file = [w for w in ws.found if w.schema_id is None]  # a schema file's: its type even with no record
+        into = type_of(joinable or file, side.types)
+    n = len(ws)
+    if into is None:
+        return pa.nulls(n), None
+    parts: dict[str, list[tuple[np.ndarray, pa.Array]]] = {}
+    for _, code in present:
+        w = ws.found[code]
+        parts.setdefault(w.name, []).append(writers.read(side.format, ws, w, ws.rows(code), errors))
+    ids = [ws.found[c].schema_id for _, c in present if ws.found[c].schema_id is not None]
+    newest = max(ids) if ids else None
+    if side.types == "one":
+        return placed([p for ps in parts.values() for p in ps], n, into), newest
+    members, valid = [], np.zeros(n, bool)
+    for field in into:
+        got = parts.get(field.name, [])
+        for rows, _ in got:
+            valid[rows] = True
+        members.append(placed(got, n, field.type))
+    return pa.StructArray.from_arrays(members, fields=list(into), mask=arrow_arrays.booleans(~valid)), newest

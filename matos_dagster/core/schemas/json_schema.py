@@ -1,4 +1,4 @@
-"""JSON: a JSON Schema's Arrow type and converter, and the type of schemaless JSON, inferred.
+"""JSON Schema: a schema's Arrow type and the converter of parsed JSON values to it.
 
 JSON Schema describes what may be valid far more than what a value's shape is, so only the
 shapes with one obvious Arrow type are typed; everything else is a string column holding the
@@ -19,10 +19,7 @@ A string column takes a value of another JSON type as its JSON text (a number 5 
 than refusing the record; integer, number, boolean, object and array columns refuse a value of
 another type, and the record's reason names where.
 
-Schemaless JSON: the values' type is inferred by pyarrow from the batch's parsed values (dicts
-become structs with the union of their keys, ints int64, mixed ints and floats double). If the
-values have no common type (a field a number here, text there), the whole batch is typed as
-string, each value its JSON text as written: the call still yields one type.
+Schemaless JSON is typed by schemaless.py.
 """
 
 from __future__ import annotations
@@ -57,15 +54,6 @@ def compile(schema: Schema) -> tuple[pa.DataType, Convert]:
         raise SchemaError(f"schema {schema.id} is {schema.schema_type}, not JSON")
     doc = parse_json(schema.text, f"schema {schema.id}")
     return _walk(doc, doc, ("#",))  # the root is on the stack: a `$ref: "#"` inside it is recursive
-
-
-def infer(texts: list[str | None], values: list[Any]) -> pa.Array:
-    """Schemaless JSON: the parsed `values` as one array of an inferred type (None stays null),
-    or, if they have none in common, `texts` (the JSON as written) as strings."""
-    try:
-        return pa.array(values)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
-        return pa.array(texts, pa.string())
 
 
 def text(v: Any) -> str | None:

@@ -77,6 +77,14 @@ class RegistrySource:
     retries: int = 3  # confluent-kafka's own retries of a request, with backoff
     framed: ClassVar[bool] = True
 
+    def __post_init__(self):
+        # A password in the URL would be in this source's repr and in every error naming the registry
+        # (which Dagster keeps in a run's events): refused, saying where it goes instead.
+        if "@" in self.url.partition("://")[2].split("/", 1)[0]:
+            raise SchemaError("a schema registry URL holds a user and password (`user:password@`): give the URL "
+                              "without them, and the user and password as the registry's username and password "
+                              "settings (MATOS_SCHEMA_REGISTRY_USERNAME, MATOS_SCHEMA_REGISTRY_PASSWORD)")
+
     def client(self):
         key = self._key()
         with _LOCK:

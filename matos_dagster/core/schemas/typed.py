@@ -10,16 +10,18 @@ A typed object's Arrow schema is `records.schema.SCHEMA` followed by, for each t
                                  or did not decode
     <side>_error       string    null, or why the record did not decode
 
-One schema per object, so one type per side: the first chunk of the object in which a record of
-the side decodes fixes its reader schema (`Side.reader_schema_id`: the newest id that chunk's
-records name) and so its type, and the object's later chunks are read with that same reader (an
-Avro record of a newer version is resolved to it, its new fields dropped from the typed column,
-never from the raw bytes). The next object starts afresh, so it may take a newer schema. Chunks
-before that first decodable record (all null or bad) are held until the type is known, then
-written with null data of it; an object with no decodable record of a side at all has no
+One schema per object, so one type per side: every record is read with the schema its writer
+used (decode.py), and the object's type is the union of its records' writers' types (union.py:
+the newest's fields first, then fields only older versions have, numbers widened), so a record
+keeps every field its writer set, whichever versions share its object. The writers are known
+from the records' wire prefixes before anything is decoded (writers.py); a writer whose type has
+no union with the object's (a field whose type changed) ends the object at its first record,
+and the next object starts there (`add`'s rest: records/batch.py and the slice task write it).
+A chunk whose writers add to the object's type (a new version, a field schemaless JSON had not
+seen) gives chunks of a new schema: the object's earlier chunks are written again in it
+(`conform`: fields they lack null). A side none of whose records has decoded yet has no
 `<side>_data` column (no type to give it: readers and the Iceberg table read it as null, as they
-read an untyped object's). Schemaless JSON has no reader schema: the first chunk's inferred type is the
-object's, and a later record that does not fit it is an error of its own ("does not fit ...").
+read an untyped object's); schemaless JSON's type is inferred (schemaless.py) and grows the same way.
 
 No Dagster imports. `Typing` is plain and frozen: it pickles to the Spark tasks with the slice
 job (a registry's password inside it is never in its repr).
@@ -30,14 +32,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from matos_dagster.core import settings
 from matos_dagster.core.records.schema import SCHEMA
-from matos_dagster.core.schemas.decode import SCHEMA_TYPES, Decoded, Side, decode
+from matos_dagster.core.schemas.decode import SCHEMA_TYPES, Side, decode, type_of
 from matos_dagster.core.schemas.errors import UndecodableRecord, UnknownSchema
 from matos_dagster.core.schemas.sources import FileSource, RegistrySource, to_document
+from matos_dagster.core.schemas.union import Conflict, conform
+from matos_dagster.core.schemas.writers import Writers, one_line, scan
 from matos_dagster.core.spark import malloc
 from matos_dagster.core.swift import layout
 
@@ -82,7 +86,7 @@ def for_topic(topic: Any, registry: RegistrySource | None = None) -> Typing | No
     parts: dict[str, Any] = {}
     for side in SIDES:
         fmt, path = getattr(topic, f"{side}_format"), getattr(topic, f"{side}_schema_file")
-        parts[side] = Side(fmt, strict=topic.decode_strict)
+        parts[side] = Side(fmt, strict=topic.decode_strict, types=getattr(topic, f"{side}_types", "one"))
         source = None
         if fmt in REGISTRY_FORMATS:
             if path:
@@ -114,9 +118,9 @@ def object_schema(types: dict[str, pa.DataType], typing: Typing, readers: dict[s
 
 
 class ObjectTypes:
-    """One object's typed columns: `add` each sealed chunk (of SCHEMA), write what it returns
-    (chunks of `schema`, maybe none yet, maybe held ones too); `finish` at the object's end;
-    `stats` for its manifest entry."""
+    """One object's typed columns: `add` each sealed chunk (of SCHEMA), write what it returns (of
+    `schema`; when that changed, the object's earlier chunks `conform`ed to it first), and start a
+    new object with the rest it returns, if any; `stats` for its manifest entry."""
 
     def __init__(self, typing: Typing, topic: str, partition: int):
         # Decoding makes chunk-sized buffers in Python (numpy, pyarrow, a value per record): with
@@ -126,99 +130,114 @@ class ObjectTypes:
         malloc.fix_mmap_threshold()
         self.typing = typing
         self._where = f"{topic}/{partition}"
-        self._types: dict[str, pa.DataType] = {}
-        self._readers: dict[str, int | None] = {}
-        self._held: list[tuple[pa.RecordBatch, dict[str, Decoded]]] = []
-        self._counts = {name: {"decoded": 0, "failed": 0, "nulls": 0} for name, _, _ in typing.sides}
-        self._ids: dict[str, set[int]] = {name: set() for name, _, _ in typing.sides}
+        self._sides = {name: _SideTypes(name, side, source) for name, side, source in typing.sides}
         self.schema: pa.Schema | None = None
 
-    def add(self, chunk: pa.RecordBatch) -> list[pa.RecordBatch]:
-        offsets = None
-        parts = {}
-        for name, side, source in self.typing.sides:
-            if name in self._types:
-                side = Side(side.format, side.strict, self._readers[name])
-            if side.strict and offsets is None:
-                offsets = chunk.column("offset").to_pylist()
+    def add(self, chunk: pa.RecordBatch) -> tuple[pa.RecordBatch, pa.RecordBatch | None]:
+        """The chunk with its typed columns, up to the first record whose writer's type has no union
+        with the object's; and the records from there on (None: there are none), the next object's."""
+        found = {name: s.scan(chunk.column(name)) for name, s in self._sides.items()}
+        cut = min([chunk.num_rows] + [s.cut(found[name]) for name, s in self._sides.items()])
+        rest = None
+        if cut < chunk.num_rows:
+            chunk, rest = chunk.slice(0, cut), chunk.slice(cut)
+            found = {name: None if f is None else f.head(cut) for name, f in found.items()}
+        offsets = chunk.column("offset").to_pylist() if any(s.side.strict for s in self._sides.values()) else None
+        columns = list(chunk.columns)
+        for name, s in self._sides.items():
             try:
-                d = decode(chunk.column(name), side, source, offsets)
+                d = s.decode(chunk.column(name), found[name], offsets)
             except UndecodableRecord as e:
                 raise self._undecodable(name, e.offset, e.reason) from None
-            if name not in self._types and d.data.type != pa.null():
-                self._types[name], self._readers[name] = d.data.type, d.reader_schema_id
-            parts[name] = d
-        self._held.append((chunk, parts))
-        return self._release() if len(self._types) == len(self._counts) else []
+            columns += [d.schema_ids, d.errors] if s.type is None else [d.schema_ids, d.data, d.errors]
+        self.schema = object_schema({n: s.type for n, s in self._sides.items()}, self.typing,
+                                    {n: s.newest for n, s in self._sides.items()})
+        return pa.RecordBatch.from_arrays(columns, schema=self.schema), rest
 
-    def finish(self) -> list[pa.RecordBatch]:
-        """The chunks still held: a side with no decodable record in the whole object has no data column."""
-        for name in self._counts:
-            self._types.setdefault(name, None)
-            self._readers.setdefault(name, None)
-        return self._release()
-
-    def stats(self) -> dict:
-        """The object's manifest entry `typed`: per side its format, reader schema id, schema ids seen, counts."""
-        return {name: {"format": side.format, "reader_schema_id": self._readers.get(name),
-                       "schema_ids": sorted(self._ids[name]), **self._counts[name]}
-                for name, side, _ in self.typing.sides}
-
-    def _release(self) -> list[pa.RecordBatch]:
-        if self.schema is None:
-            self.schema = object_schema(self._types, self.typing, self._readers)
-        held, self._held = self._held, []
-        return [self._typed(chunk, parts) for chunk, parts in held]
-
-    def _typed(self, chunk: pa.RecordBatch, parts: dict[str, Decoded]) -> pa.RecordBatch:
-        columns = list(chunk.columns)
-        for name, side, _ in self.typing.sides:
-            d = parts[name]
-            if self._types[name] is None:  # nothing of the side decoded in the whole object
-                data, errors, moved = None, d.errors, 0
+    def conform(self, chunk: pa.RecordBatch) -> pa.RecordBatch:
+        """An earlier chunk of the object in its `schema` now: its typed data cast to the wider type
+        (fields it lacks null), a data column it lacks all null."""
+        columns = []
+        for field in self.schema:
+            if field.name in chunk.schema.names:
+                columns.append(conform(chunk.column(field.name), field.type))
             else:
-                data, errors, moved = self._conform(d, self._types[name], chunk, name, side.strict)
-            counts = self._counts[name]
-            counts["decoded"] += d.decoded - moved
-            counts["failed"] += d.failed + moved
-            counts["nulls"] += d.nulls
-            self._ids[name].update(i for i in pc.unique(d.schema_ids).to_pylist() if i is not None)
-            columns += [d.schema_ids, errors] if data is None else [d.schema_ids, data, errors]
+                columns.append(pa.array([None] * chunk.num_rows, field.type))
         return pa.RecordBatch.from_arrays(columns, schema=self.schema)
 
-    def _conform(self, d: Decoded, want: pa.DataType, chunk: pa.RecordBatch, name: str,
-                 strict: bool) -> tuple[pa.Array, pa.Array, int]:
-        """The chunk's data as the object's type: (data, errors, records that did not fit it).
-
-        The same reader gives the same type; only schemaless JSON (a type inferred per chunk) or
-        Protobuf records of another message can differ. A record that does not fit is an error."""
-        if d.data.type == want:
-            return d.data, d.errors, 0
-        if d.data.type == pa.null():
-            # Built as decode builds a null record, not by pa.nulls: a struct's non-nullable fields
-            # then hold placeholders under the null, which Parquet requires (pa.nulls leaves them null).
-            return pa.array([None] * len(d.data), want), d.errors, 0
-        try:
-            return d.data.cast(want), d.errors, 0
-        except (pa.ArrowException, ValueError, TypeError):
-            pass
-        values, errors, moved = d.data.to_pylist(), d.errors.to_pylist(), 0
-        for i, v in enumerate(values):
-            if v is None:
-                continue
-            try:
-                pa.array([v], want)
-            except (pa.ArrowException, ValueError, TypeError, OverflowError):
-                values[i], moved = None, moved + 1
-                errors[i] = f"does not fit this object's type {want} (fixed by its first records)"[:300]
-                if strict:
-                    raise self._undecodable(name, chunk.column("offset")[i].as_py(), errors[i]) from None
-        return pa.array(values, want), pa.array(errors, pa.string()), moved
+    def stats(self) -> dict:
+        """The object's manifest entry `typed`: per side its format, reader schema id (the newest of
+        its writers'), schema ids seen, counts."""
+        return {name: {"format": s.side.format, "reader_schema_id": s.newest, "schema_ids": sorted(s.ids),
+                       **s.counts} for name, s in self._sides.items()}
 
     def _undecodable(self, side: str, offset: int | None, reason: str) -> Undecodable:
         return Undecodable(f"record {self._where}@{offset}: its {side} does not decode ({reason}) and the topic "
                            f"has decode_strict: true; nothing is committed (fix the record's producer, or set "
                            f"decode_strict: false to archive it with null typed columns)")
+
+
+class _SideTypes:
+    """One side of one object: the writers of its records so far, and the type they share."""
+
+    def __init__(self, name: str, side: Side, source: Any):
+        self.name, self.side, self.source = name, side, source
+        self.writers: dict[tuple, Any] = {}  # by key
+        self.refused: dict[tuple, str] = {}  # writers of another record whose type has no union with the object's
+        self.type: pa.DataType | None = None
+        self.newest: int | None = None
+        self.ids: set[int] = set()
+        self.counts = {"decoded": 0, "failed": 0, "nulls": 0}
+
+    def scan(self, values: pa.Array) -> Writers | None:
+        return scan(values, self.side.format, self.source) if self.side.format in REGISTRY_FORMATS else None
+
+    def cut(self, found: Writers | None) -> int:
+        """The first record whose writer's type has no union with the object's (len: none).
+
+        A version of a record the object has (a field whose type changed) ends the object; another
+        record whose type has none (a topic of several record types typed as one) does not: its
+        records are errors here, saying to type them by record name."""
+        if found is None:
+            return 2**62  # schemaless JSON: a record that does not fit is an error of its own
+        joined = dict(self.writers)
+        for row, code in found.present():
+            w = found.found[code]
+            if w.key in joined or w.key in self.refused:
+                continue
+            try:
+                type_of([*joined.values(), w], self.side.types)
+            except Conflict as e:
+                if any(o.name == w.name for o in joined.values()):
+                    return row
+                self.refused[w.key] = one_line(
+                    f"record {w.name} (schema {w.schema_id}) has no type in common with this object's other records "
+                    f"({e}): a topic of several record types needs {self.name}_types: by_record_name")
+                continue
+            joined[w.key] = w
+        return len(found)
+
+    def decode(self, values: pa.Array, found: Writers | None, offsets: list | None):
+        if found is not None:
+            for _, code in found.present():
+                if found.found[code].key in self.refused:
+                    found = found.refused(code, self.refused[found.found[code].key])
+            # A schema file's writer types the side even before a record has a value.
+            usable = found.found if not self.source.framed else [found.found[c] for _, c in found.present()]
+            for w in usable:
+                self.writers.setdefault(w.key, w)
+            self.type = type_of(list(self.writers.values()), self.side.types)
+            ids = [k[0] for k in self.writers if k[0] is not None]
+            self.newest = max(ids) if ids else None
+        d = decode(values, self.side, self.source, offsets, found, self.type)
+        if self.side.format == "json" and d.data.type != pa.null():
+            self.type = d.data.type
+        self.counts["decoded"] += d.decoded
+        self.counts["failed"] += d.failed
+        self.counts["nulls"] += d.nulls
+        if found is not None:
+            self.ids.update(np.unique(found.ids[found.ids >= 0]).tolist())
+        return d
 
 
 def archive_schemas(store: Any, prefix: str, topic: str, typing: Typing, ids: dict[str, set[int]]) -> list[int]:

@@ -81,11 +81,11 @@ def run_tasks(spark: Any, fn: Callable[[T], R], items: Iterable[T], description:
 
 def run_entries(spark: Any, fn: Callable[[T], list[dict]], items: Iterable[T], description: str,
                 raised: type[Exception], as_error: Callable[[str], Exception],
-                as_refused: Callable[[str], Exception]) -> list[list[dict]]:
+                as_refused: Callable[[dict], Exception]) -> list[list[dict]]:
     """`run_tasks` of tasks that each return manifest entries (the archive's slices, compaction's
     groups): a task's `raised` error, found in Spark's, becomes `as_error(its message)`, and an
-    entry a task marked "refused" (a refusal Spark must not retry) `as_refused(its message)`, so a
-    caller sees the refusal, not a Spark failure."""
+    entry a task marked "refused" (a refusal Spark must not retry: {"refused": its message, ...})
+    `as_refused(that entry)`, so a caller sees the refusal, not a Spark failure."""
     try:
         written = run_tasks(spark, fn, items, description)
     except Exception as e:
@@ -93,7 +93,7 @@ def run_entries(spark: Any, fn: Callable[[T], list[dict]], items: Iterable[T], d
         if failed is None:
             raise
         raise as_error(failed) from None
-    refused = [o["refused"] for entries in written for o in entries if "refused" in o]
+    refused = [o for entries in written for o in entries if "refused" in o]
     if refused:
         raise as_refused(refused[0])
     return written

@@ -81,6 +81,11 @@ def window_name(prefix: str, topic: str, window_key: str) -> str:
     return join(topic_dir(prefix, topic), "_event_time", f"{window_key}.json")
 
 
+def open_window_name(prefix: str, topic: str, window_key: str) -> str:
+    """A window not complete yet: the shares of it read so far, until it completes (core/days/evaluate.py)."""
+    return join(topic_dir(prefix, topic), "_event_time", "_open", f"{window_key}.json")
+
+
 def compaction_cursor_name(prefix: str, topic: str, partition: int) -> str:
     # Outside every topic folder, so compacting a topic never lists it among its ranges.
     return join(prefix, "_compaction", f"topic={topic}", f"partition={partition}.json")

@@ -12,7 +12,7 @@ where it was written, so archiving a range again gives the same manifest. No Dag
 
 A typed topic's manifest (core/schemas/typed.py) also has `typed`, per typed side: its format,
 the schema ids its records named, and how many records decoded, failed and were null; and each
-object the same for itself, with the reader schema id its typed column was read with:
+object the same for itself, with its reader schema id (the newest of its records' schemas):
 
     "typed": {"value": {"format": "avro", "schema_ids": [4, 5], "decoded": 990, "failed": 8, "nulls": 0}}
     objects[i]["typed"]: {"value": {"format": "avro", "reader_schema_id": 5, "schema_ids": [4, 5],

@@ -171,9 +171,9 @@ def test_a_record_above_max_record_bytes_fails_both_readers_with_the_same_messag
     with swift.store() as store:
         for reader in READERS:
             job = job_for(kafka, store, topic, 0, 2, max_record_bytes=100)
-            with pytest.raises(RecordTooLarge) as e:
-                run(reader, monkeypatch, job)
-            messages[reader] = str(e.value)
+            (refused,) = run(reader, monkeypatch, job)  # an entry, not an error Spark would retry
+            assert refused["kind"] == RecordTooLarge.__name__
+            messages[reader] = refused["refused"]
             assert list(store.list(job.directory + "/")) == []  # nothing written
     assert messages["native"] == messages["python"]
     assert "@1 is 105 bytes" in messages["native"]
@@ -263,3 +263,18 @@ def test_the_python_reader_fallback_shows_in_the_asset_metadata():
     done = Archived(OffsetRange("t", 0, 0, 1), "m", doc, False, None, 1, 1.0, 1, reader="python")
     assert metadata(done, "u")["reader"].value == "python"
     assert "reader" not in metadata(Archived(OffsetRange("t", 0, 0, 1), "m", doc, True, 1, 1, 1.0), "u")
+
+
+def test_a_worker_without_the_native_reader_says_why_once_not_per_task(monkeypatch, caplog):
+    """A Spark worker runs task after task: the reason is a warning the first time, then debug only."""
+    import logging
+
+    monkeypatch.setattr(slice_task, "_said", set())
+    monkeypatch.setattr(slice_task, "_archive_python", lambda job: [])  # the reading itself: not the claim
+    monkeypatch.setenv("MATOS_NATIVE_READER", "false")
+    job = SliceJob(OffsetRange("t", 0, 0, 10), "d", {}, "g", swift=None)
+    with caplog.at_level(logging.DEBUG, logger=slice_task.log.name):
+        for _ in range(3):
+            slice_task.archive_slice(job)
+    said = [r for r in caplog.records if "Python reader (MATOS_NATIVE_READER=false)" in r.getMessage()]
+    assert [r.levelno for r in said] == [logging.WARNING, logging.DEBUG, logging.DEBUG]

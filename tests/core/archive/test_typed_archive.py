@@ -81,22 +81,24 @@ def test_avro_values_are_archived_as_typed_columns_beside_their_unchanged_bytes(
                                                     else ["value_schema_id", "value_error"])
             assert (t.schema.field("value_schema_id").type, t.schema.field("value_error").type) == (pa.int32(),
                                                                                                      pa.string())
-            # One reader schema an object: the newest its (first) records name; an older record is
-            # read as a reader of that version reads it (AvroDeserializer with that reader schema).
+            # Each record is read with its writer's schema (AvroDeserializer without a reader schema): it
+            # keeps every field its writer set; the object's type holds its versions' fields, null where
+            # a record's writer has none. The reader schema id named is the newest of them.
             reader = o["typed"]["value"]["reader_schema_id"]
             good = [wire.split(v).schema_id for v in values[o["first_offset"]:o["last_offset"] + 1]
                     if not isinstance(wire.split(v), str) and wire.split(v).schema_id != UNKNOWN_ID]
             assert reader == (max(good) if good else None)
             meta = {b"format": b"avro", **({b"reader_schema_id": str(reader).encode()} if reader else {})}
             assert t.schema.field("value_data" if decoded else "value_error").metadata == meta
-            deserialize = AvroDeserializer(client, reading(topic, v2=reader == id2))
+            deserialize = AvroDeserializer(client)
+            fields = t.schema.field("value_data").type.names if decoded else []
             for row in t.to_pylist():
                 if row["offset"] in reasons:
                     assert row.get("value_data") is None and row["value_error"] == reasons[row["offset"]]
                 else:
                     assert row["value_error"] is None
                     assert row["value_schema_id"] == (id1 if row["offset"] < 6 else id2)
-                    assert row["value_data"] == deserialize(row["value"], ctx)
+                    assert row["value_data"] == {f: deserialize(row["value"], ctx).get(f) for f in fields}
 
         # The manifest counts them, per object and in all; it reads back as the typed manifest.
         assert m["typed"] == {"value": {"format": "avro", "schema_ids": sorted([id1, id2, UNKNOWN_ID]),
@@ -159,11 +161,12 @@ def test_with_decode_strict_a_record_that_does_not_decode_fails_the_range_naming
 # --------------------------------------------------------------------------- no servers
 
 
-def test_the_first_decoded_chunk_of_an_object_fixes_its_reader_schema_and_the_next_object_starts_afresh():
+def test_an_objects_type_holds_every_field_of_every_version_in_it_whichever_chunk_brings_it():
     source = RegistrySource(f"mock://typed-{uuid.uuid4().hex[:8]}")  # confluent-kafka's in-memory registry
     ctx = SerializationContext("t", MessageField.VALUE)
     v1, v2 = AvroSerializer(source.client(), reading("t")), AvroSerializer(source.client(), reading("t", v2=True))
-    records = [v1({"sensor": "a", "value": 1.0}, ctx), v2({"sensor": "b", "value": 2.0, "unit": "F"}, ctx)]
+    records = [v1({"sensor": "a", "value": 1.0}, ctx), v2({"sensor": "b", "value": 2.0, "unit": "F"}, ctx),
+               v1({"sensor": "c", "value": 3.0}, ctx)]
     typing = typed.Typing(value=Side("avro"), value_source=source)
 
     def object_of(values, chunk_bytes):
@@ -172,19 +175,20 @@ def test_the_first_decoded_chunk_of_an_object_fixes_its_reader_schema_and_the_ne
             batch.add(i, 1, 1000 + i, None, v, [], len(v))
         return table(batch.writer("parquet").finish()), batch.typed()["value"]
 
-    # A chunk a record: the first (v1) fixes the reader, the v2 record after it is read as v1.
-    t, counts = object_of(records, chunk_bytes=1)
-    assert counts["reader_schema_id"] == 1 and counts["schema_ids"] == [1, 2]
-    assert t.column("value_data").to_pylist() == [{"sensor": "a", "value": 1.0}, {"sensor": "b", "value": 2.0}]
-    # One chunk: the newest id of the chunk is the reader; the v1 record gets v2's default.
-    t, counts = object_of(records, chunk_bytes=10**6)
-    assert counts["reader_schema_id"] == 2
-    assert t.column("value_data").to_pylist() == [{"sensor": "a", "value": 1.0, "unit": "C"},
-                                                  {"sensor": "b", "value": 2.0, "unit": "F"}]
-    # Chunks of bad records only are held until a record decodes, then typed by it.
+    # A chunk a record or one chunk: the same object. The v2 record's `unit` is there, the v1
+    # records' is null (their writer never set it), whichever chunk the v2 record came in.
+    want = [{"sensor": "a", "value": 1.0, "unit": None}, {"sensor": "b", "value": 2.0, "unit": "F"},
+            {"sensor": "c", "value": 3.0, "unit": None}]
+    one_by_one, counts = object_of(records, chunk_bytes=1)
+    assert counts["reader_schema_id"] == 2 and counts["schema_ids"] == [1, 2] and counts["decoded"] == 3
+    assert one_by_one.column("value_data").to_pylist() == want
+    at_once, _ = object_of(records, chunk_bytes=10**6)
+    assert at_once.equals(one_by_one) and at_once.schema.equals(one_by_one.schema, check_metadata=True)
+    # Chunks of bad records only come first: written with no data column, then again with it.
     t, counts = object_of([b"bad", b"worse", *records], chunk_bytes=1)
-    assert t.column("value_error").to_pylist() == ["no magic byte", "no magic byte", None, None]
-    assert counts["reader_schema_id"] == 1 and (counts["decoded"], counts["failed"]) == (2, 2)
+    assert t.column("value_error").to_pylist() == ["no magic byte", "no magic byte", None, None, None]
+    assert t.column("value_data").to_pylist() == [None, None, *want]
+    assert counts["reader_schema_id"] == 2 and (counts["decoded"], counts["failed"]) == (3, 2)
     # No record decodes in the whole object: no type to give the data, so no data column (an Iceberg
     # table has no null type); the errors are there, and the error column says the side's format.
     t, counts = object_of([b"bad", b"worse"], chunk_bytes=1)
@@ -192,6 +196,24 @@ def test_the_first_decoded_chunk_of_an_object_fixes_its_reader_schema_and_the_ne
     assert t.column("value_error").to_pylist() == ["no magic byte", "no magic byte"]
     assert t.schema.field("value_error").metadata == {b"format": b"avro"}
     assert (counts["decoded"], counts["failed"], counts["reader_schema_id"]) == (0, 2, None)
+
+
+def test_a_version_whose_field_changed_its_type_ends_the_object_before_its_first_record():
+    source = RegistrySource(f"mock://typed-{uuid.uuid4().hex[:8]}")
+    ctx = SerializationContext("t", MessageField.VALUE)
+    changed = json.loads(reading("t"))
+    changed["fields"][1]["type"] = "string"  # `value`: a double, then a string
+    v1, v3 = AvroSerializer(source.client(), reading("t")), AvroSerializer(source.client(), json.dumps(changed))
+    records = [v1({"sensor": "a", "value": 1.0}, ctx), v3({"sensor": "b", "value": "high"}, ctx),
+               v1({"sensor": "c", "value": 3.0}, ctx)]
+    batch = Batch("t", 0, fmt="parquet", typing=typed.Typing(value=Side("avro"), value_source=source))
+    for i, v in enumerate(records):
+        batch.add(i, 1, 1000 + i, None, v, [], len(v))
+    batch.seal()
+    rest = batch.overflow
+    assert rest is not None and rest.column("offset").to_pylist() == [1, 2]  # the next object's
+    assert batch.stats()["records"] == 1 and batch.nbytes == len(records[0])
+    assert table(batch.writer("parquet").finish()).column("value_data").to_pylist() == [{"sensor": "a", "value": 1.0}]
 
 
 def test_a_registry_password_is_in_no_repr():

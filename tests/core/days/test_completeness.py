@@ -4,6 +4,8 @@ Times are in hours from a Monday 00:00 UTC; every range is given with its hour b
 archive run's manifest will carry them.
 """
 
+from dataclasses import replace
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -45,9 +47,45 @@ def test_a_day_is_complete_when_every_partitions_watermark_has_passed_its_end():
         0: (2, 20, 0, 1, ["r0"]), 1: (2, 20, 0, 1, ["r0"])}
 
 
-def test_a_producer_clock_in_the_future_completes_nothing_and_is_counted():
-    state, done = advance(TopicTime(), {0: [rng(0, 2, 1, 24 * 365 * 174)]}, {0: 10}, at(2), DAYS)  # 2200
-    assert done == [] and state.partitions[0].future == 1 and state.partitions[0].max_ts == at(1)
+def test_a_producer_clock_in_the_future_is_counted_its_record_in_its_day_and_it_moves_nothing_past_the_margin():
+    year_2200 = 24 * 365 * 174
+    state, done = advance(TopicTime(), {0: [rng(0, 2, 1, year_2200)]}, {0: 10}, at(2), DAYS)
+    assert done == [] and state.partitions[0].future == 1
+    assert state.partitions[0].max_ts == at(2) + DAYS.future_margin_ms  # held to now + the margin
+    assert state.pending[windows.start_of(at(year_2200), D)][0].records == 1  # 2200's day holds it
+
+
+def test_a_producer_clock_two_hours_ahead_stalls_nothing_and_each_of_its_records_is_in_its_day():
+    # Monday 20:00, partition 0's producer stamps +2 h: beyond the margin (1 h) when read.
+    state, done = advance(TopicTime(), {0: [rng(0, 2, 22, 23.5)], 1: [rng(0, 1, 19.9)]}, {0: 10, 1: 10}, at(20),
+                          DAYS)
+    assert done == [] and state.partitions[0].future == 2
+    # Tuesday 01:36: partition 1 is at 01:30, partition 0 again 2 h ahead, held to 02:36 (the margin).
+    state, done = advance(state, {0: [rng(2, 3, 27.5)], 1: [rng(1, 2, 25.5)]}, {0: 10, 1: 10}, at(25.6), DAYS)
+    assert keys(done) == ["2026-11-23"]
+    assert {p: part.records for p, part in done[0].parts.items()} == {0: 2, 1: 1}
+
+
+def test_a_partition_whose_archive_begins_past_offset_0_completes_its_days():
+    # Partition 0's first 50 offsets were deleted before anything was archived: its archive begins at 50.
+    state, done = advance(TopicTime(), {0: [rng(50, 52, 1, 26)], 1: [rng(0, 2, 5, 27)]}, {0: 52, 1: 2}, at(28),
+                          DAYS)
+    assert keys(done) == ["2026-11-23"] and state.partitions[0].next_offset == 52
+    assert done[0].parts[0].first_offset == 50
+
+
+def test_records_stamped_before_windows_start_are_counted_in_no_day_and_no_day_before_it_is_complete():
+    rules = replace(DAYS, first_ms=MONDAY)
+    state, done = advance(TopicTime(), {0: [rng(0, 4, -MONDAY / H, -30, 1, 30)]}, {0: 10}, at(31), rules)  # 1970
+    assert keys(done) == ["2026-11-23"] and state.partitions[0].outside == 2
+
+
+def test_an_evaluation_completes_at_most_the_windows_it_is_given_and_the_next_goes_on():
+    ranges = {0: [rng(0, 5, 1, 25, 49, 73, 97)]}  # Monday to Friday
+    state, done = advance(TopicTime(), ranges, {0: 10}, at(98), DAYS, most=2)
+    assert keys(done) == ["2026-11-23", "2026-11-24"] and state.complete_to == at(48)
+    state, done = advance(state, {}, {0: 10}, at(98), DAYS, most=2)
+    assert keys(done) == ["2026-11-25", "2026-11-26"]
 
 
 def test_an_idle_partition_holds_back_no_day():

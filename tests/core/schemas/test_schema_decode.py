@@ -23,33 +23,33 @@ OTHER = {**V1, "fields": [{"name": "name", "type": "long"}, {"name": "age", "typ
 SOURCE = FakeSource({1: avro_schema(1, V1), 2: avro_schema(2, V2), 5: avro_schema(5, OTHER)})
 
 
-def test_versions_of_one_call_are_read_with_the_newest_schema_one_type():
+def test_each_record_is_read_with_its_own_writer_in_the_union_of_their_types_the_newest_first():
     out = decode(column([avro_framed(1, V1, {"name": "old"}), avro_framed(2, V2, {"name": "new", "age": 30})]),
                  Side("avro"), FakeSource({1: avro_schema(1, V1), 2: avro_schema(2, V2)}))
     assert out.reader_schema_id == 2
-    assert out.data.type == pa.struct([pa.field("name", pa.string(), False), pa.field("age", pa.int32(), False)])
-    assert out.data.to_pylist() == [{"name": "old", "age": -1}, {"name": "new", "age": 30}]  # v1 gets the default
+    # `age` is nullable: V1's records have none (null, not V2's default: V1's writer never set it).
+    assert out.data.type == pa.struct([pa.field("name", pa.string(), False), pa.field("age", pa.int32())])
+    assert out.data.to_pylist() == [{"name": "old", "age": None}, {"name": "new", "age": 30}]
     assert out.schema_ids.to_pylist() == [1, 2] and out.errors.to_pylist() == [None, None]
 
 
-def test_a_writer_not_readable_with_the_reader_is_an_error_for_its_records_only():
-    out = decode(column([avro_framed(1, V1, {"name": "a"}), avro_framed(2, V2, {"name": "b", "age": 1})]),
-                 Side("avro", reader_schema_id=5), SOURCE)
-    assert out.reader_schema_id == 5
-    first, second = out.errors.to_pylist()
-    assert first.startswith("schema 1 not readable with 5: ") and second.startswith("schema 2 not readable with 5: ")
-    out = decode(column([avro_framed(5, OTHER, {"name": 7, "age": 1}), avro_framed(2, V2, {"name": "b", "age": 1})]),
-                 Side("avro", reader_schema_id=2), SOURCE)
-    assert out.errors.to_pylist()[0].startswith("schema 5 not readable with 2: ")
-    assert out.data.to_pylist() == [None, {"name": "b", "age": 1}] and (out.decoded, out.failed) == (1, 1)
+def test_a_field_removed_in_a_newer_version_is_kept_for_the_records_that_set_it():
+    v3 = {**V1, "fields": [{"name": "age", "type": "long"}]}  # `name` removed, `age` a long now
+    out = decode(column([avro_framed(2, V2, {"name": "n", "age": 3}), avro_framed(3, v3, {"age": 2**40})]),
+                 Side("avro"), FakeSource({2: avro_schema(2, V2), 3: avro_schema(3, v3)}))
+    assert out.data.type == pa.struct([pa.field("age", pa.int64(), False), pa.field("name", pa.string())])
+    assert out.data.to_pylist() == [{"age": 3, "name": "n"}, {"age": 2**40, "name": None}]
 
 
-def test_the_reader_is_the_highest_id_seen():
-    out = decode(column([avro_framed(5, OTHER, {"name": 7, "age": 1}), avro_framed(1, V1, {"name": "a"})]),
-                 Side("avro"), SOURCE)
+def test_a_writer_whose_type_has_no_union_with_the_earlier_ones_is_an_error_for_its_records_only():
+    out = decode(column([avro_framed(5, OTHER, {"name": 7, "age": 1}), avro_framed(1, V1, {"name": "a"}),
+                         avro_framed(2, V2, {"name": "b", "age": 1})]), Side("avro"), SOURCE)
     assert out.reader_schema_id == 5
-    assert out.data.to_pylist() == [{"name": 7, "age": 1}, None]
-    assert out.errors.to_pylist()[1].startswith("schema 1 not readable with 5")
+    assert out.data.to_pylist() == [{"name": 7, "age": 1}, None, None] and (out.decoded, out.failed) == (1, 2)
+    first, second = out.errors.to_pylist()[1:]
+    assert first.startswith("schema 1 has no type in common with the other records' schemas here (Field name has "
+                            "incompatible types: string vs int64)")
+    assert second.startswith("schema 2 has no type in common")
 
 
 def test_bad_records_get_null_data_and_their_reason_the_others_decode():
@@ -171,8 +171,7 @@ def _json(schema) -> str:
     return json.dumps(schema)
 
 
-def test_a_pinned_reader_schema_types_every_call_alike():
-    out = decode(column([avro_framed(1, V1, {"name": "a"})]), Side("avro", reader_schema_id=2), SOURCE)
-    assert out.reader_schema_id == 2 and out.data.to_pylist() == [{"name": "a", "age": -1}]
-    with pytest.raises(SchemaError, match="the reader schema: unknown schema id 99"):
-        decode(column([avro_framed(1, V1, {"name": "a"})]), Side("avro", reader_schema_id=99), SOURCE)
+def test_decoded_into_an_objects_type_a_record_has_null_for_fields_its_writer_lacks():
+    into = pa.struct([pa.field("name", pa.string()), pa.field("age", pa.int32()), pa.field("x", pa.float64())])
+    out = decode(column([avro_framed(1, V1, {"name": "a"})]), Side("avro"), SOURCE, into=into)
+    assert out.data.type == into and out.data.to_pylist() == [{"name": "a", "age": None, "x": None}]

@@ -106,7 +106,24 @@ def test_schemaless_json_is_typed_by_what_the_batch_holds():
     assert out.errors.to_pylist()[3].startswith("corrupt payload: not JSON: ") and out.schema_ids.null_count == 4
 
 
-def test_schemaless_json_without_a_common_type_is_its_text():
-    out = decode(column([b'{"a": 1}', b'{"a": "one"}', b"[1,2]"]), Side("json"))
-    assert out.data.type == pa.string()
-    assert out.data.to_pylist() == ['{"a": 1}', '{"a": "one"}', "[1,2]"] and out.errors.null_count == 3
+def test_schemaless_json_that_does_not_fit_the_type_of_the_records_before_it_is_an_error_of_its_own():
+    out = decode(column([b'{"a": 1}', b'{"a": "one"}', b"[1,2]", b'{"a": 2, "b": true}']), Side("json"))
+    assert out.data.type == pa.struct([pa.field("a", pa.int64()), pa.field("b", pa.bool_())])
+    assert out.data.to_pylist() == [{"a": 1, "b": None}, None, None, {"a": 2, "b": True}]
+    errors = out.errors.to_pylist()
+    assert errors[0] is None and errors[3] is None
+    assert errors[1].startswith("does not fit this object's type struct<a: int64> (given by its earlier records)")
+
+
+def test_json_schema_versions_each_keep_their_properties_in_the_union_of_their_types():
+    source = RegistrySource(mock_url())
+    ctx = SerializationContext("t", MessageField.VALUE)
+    v1 = {"type": "object", "properties": {"id": {"type": "integer"}, "gone": {"type": "string"}}}
+    v2 = {"type": "object", "properties": {"id": {"type": "integer"}, "added": {"type": "boolean"}}}
+    old, new = (JSONSerializer(json.dumps(v), source.client()) for v in (v1, v2))
+    out = decode(column([old({"id": 1, "gone": "g"}, ctx), new({"id": 2, "added": True}, ctx)]), Side("json_schema"),
+                 source)
+    # v2 removed `gone`: the v1 record keeps it (its writer set it); v2's `added` is null for it.
+    assert out.data.type == pa.struct([pa.field("id", pa.int64()), pa.field("added", pa.bool_()),
+                                       pa.field("gone", pa.string())])
+    assert out.data.to_pylist() == [{"id": 1, "added": None, "gone": "g"}, {"id": 2, "added": True, "gone": None}]

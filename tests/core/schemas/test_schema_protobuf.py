@@ -86,13 +86,18 @@ def test_the_message_indexes_name_the_message():
     assert out.data.to_pylist() == [{"sku": "z", "qty": 1}]
 
 
-def test_one_type_per_call_the_most_frequent_message_others_are_errors():
+def test_every_message_of_a_call_is_typed_merged_by_field_name_or_one_member_each():
     values = [frame(3, Customer(name="a").SerializeToString(), [1]), frame(3, Order(id=1).SerializeToString(), [0]),
               frame(3, Customer(name="b").SerializeToString(), [1]), frame(3, b"", [5])]
     out = decode(column(values), Side("protobuf"), SOURCE)
-    assert out.data.to_pylist() == [{"name": "a"}, None, {"name": "b"}, None]
-    assert out.errors.to_pylist() == [None, "message shop.Order is not shop.Customer, this call's type", None,
-                                      "schema 3: message indexes [5] name no message"]
+    customer, order, other, bad = out.data.to_pylist()
+    assert (customer["name"], customer["id"], order["id"], order["name"], other["name"]) == ("a", None, 1, None, "b")
+    assert bad is None and out.errors.to_pylist() == [None, None, None, "schema 3: message indexes [5] name no message"]
+    out = decode(column(values), Side("protobuf", types="by_record_name"), SOURCE)
+    assert out.data.type.names == ["Customer", "Order"]
+    customer, order, other, bad = out.data.to_pylist()
+    assert customer == {"Customer": {"name": "a"}, "Order": None} and other["Customer"] == {"name": "b"}
+    assert order["Customer"] is None and order["Order"]["id"] == 1 and bad is None
 
 
 def test_a_corrupt_payload_and_bad_indexes_are_reasons():
@@ -103,7 +108,7 @@ def test_a_corrupt_payload_and_bad_indexes_are_reasons():
     assert errors[2] is None  # an empty message is a message, every field unset
 
 
-def test_a_newer_schema_version_reads_older_records():
+def test_each_version_reads_its_own_records_in_the_union_of_their_types():
     v2 = proto_file()
     v2.message_type[1].field.add(name="email", number=2, type=descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
                                  label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL)
@@ -112,7 +117,8 @@ def test_a_newer_schema_version_reads_older_records():
     out = decode(column([frame(3, Customer(name="old").SerializeToString(), [1]),
                          frame(4, newer(name="new", email="n@x").SerializeToString(), [1])]), Side("protobuf"), source)
     assert out.reader_schema_id == 4
-    assert out.data.to_pylist() == [{"name": "old", "email": ""}, {"name": "new", "email": "n@x"}]
+    # The older writer has no email: null, not proto3's default "" (its message never had one).
+    assert out.data.to_pylist() == [{"name": "old", "email": None}, {"name": "new", "email": "n@x"}]
 
 
 def test_a_timestamp_outside_nanosecond_range_is_a_bad_record():

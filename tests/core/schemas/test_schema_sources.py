@@ -157,3 +157,24 @@ def test_the_package_imports_no_pandas_and_no_dagster():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
     assert sources.__name__  # the module under test is importable as the tests import it
+
+
+def test_a_registry_url_holding_a_user_and_password_is_refused_in_one_line_that_shows_neither(monkeypatch):
+    """Else the password would be in RegistryUnavailable's message (kept in the run's events by
+    Dagster) and in every repr of the source, a restore's included."""
+    from matos_dagster.core import settings
+    from matos_dagster.core.restore.plan import RestoreRefused
+    from matos_dagster.core.restore.registry import target_registry
+
+    url = "https://api-key:s3cr3t-in-url@registry.example:8081"
+    (problem,) = [p for p in settings.problems({"MATOS_SCHEMA_REGISTRY_URL": url})
+                  if p.startswith("MATOS_SCHEMA_REGISTRY_URL")]
+    assert problem.startswith("MATOS_SCHEMA_REGISTRY_URL is 'https://registry.example:8081': it takes ")
+    assert "MATOS_SCHEMA_REGISTRY_USERNAME and MATOS_SCHEMA_REGISTRY_PASSWORD" in problem
+    for refusal in (SchemaError, RestoreRefused):
+        with pytest.raises(refusal) as refused:
+            RegistrySource(url) if refusal is SchemaError else target_registry(url)
+        message = str(refused.value)
+        assert "s3cr3t" not in message and "api-key" not in message and "\n" not in message
+        assert "PASSWORD" in message
+    assert not settings.problems({"MATOS_SCHEMA_REGISTRY_URL": "https://registry.example:8081/a@b"})  # @ in a path

@@ -36,9 +36,11 @@ def test_the_production_instance_is_dagster_yaml_on_postgres_storage_read_from_t
     local = yaml.safe_load((PROJECT_ROOT / "dagster.yaml").read_text())
     production = yaml.safe_load(PRODUCTION_INSTANCE.read_text())
     storage = production.pop("storage")
+    # `make run` keeps its embedded sqlite, created under the instance's lock (instance_storage.py).
+    assert local.pop("instance_class") == {"module": "matos_dagster.instance_storage", "class": "MatosInstance"}
     # Same queue, limits, run monitoring and retention: dagster.yaml stays the one source.
     assert production == local
-    assert "storage" not in local  # `make run` keeps its embedded sqlite
+    assert "storage" not in local
     assert set(storage) == {"postgres"}
     # No literal value (host, password, ...) in the file: each one is an `env:` entry, but for
     # the driver's name.

@@ -1,8 +1,9 @@
 """The native slice reader (slice_reader.c), loaded through ctypes, and why it is not used if not.
 
 `available()` says whether it can be used here; `SliceReader` reads one slice as Arrow record
-batches (records.SCHEMA), with no Python object per record. Build: `python -m
-matos_dagster.core.archive.native.build` (`make install` runs it). `MATOS_NATIVE_READER=false` turns it off.
+batches (records.SCHEMA), with no Python object per record. Built by the package build where
+librdkafka's header is (setup.py), by `make install`, or by `python -m
+matos_dagster.core.archive.native.build`. `MATOS_NATIVE_READER=false` turns it off.
 No Dagster imports.
 """
 
@@ -47,9 +48,15 @@ def _load() -> None:
     if not LIBRARY.is_file():
         _why_not = f"{LIBRARY.name} is not built (python -m matos_dagster.core.archive.native.build says why)"
         return
-    try:
-        import confluent_kafka  # noqa: F401  (loads the bundled librdkafka the module links to)
+    import confluent_kafka  # noqa: F401  (loads its librdkafka, whose functions the module calls)
 
+    rdkafka = _loaded_librdkafka()
+    if rdkafka is None:
+        _why_not = "the librdkafka confluent-kafka uses is not found in this process (/proc/self/maps)"
+        return
+    try:
+        # The module links no librdkafka (build.py): confluent-kafka's, made global, lends it its functions.
+        ctypes.CDLL(rdkafka, mode=ctypes.RTLD_GLOBAL)
         lib = ctypes.CDLL(str(LIBRARY))
     except OSError as e:
         _why_not = f"{LIBRARY.name} does not load: {e}"
@@ -65,6 +72,19 @@ def _load() -> None:
     lib.sr_release.restype = None
     lib.sr_release.argtypes = [ctypes.c_void_p]
     _lib = lib
+
+
+def _loaded_librdkafka() -> str | None:
+    """The file of the librdkafka this process has loaded (confluent-kafka's wheel's own, or the system's)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.split(maxsplit=5)[-1].strip()
+                if Path(path).name.startswith("librdkafka"):
+                    return path
+    except OSError:  # no /proc: not Linux, where the reader is not built either
+        pass
+    return None
 
 
 def disabled() -> bool:
