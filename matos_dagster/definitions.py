@@ -17,7 +17,7 @@ from dagster import Definitions, EnvVar, in_process_executor
 
 from matos_dagster.assets.archive import archive_asset
 from matos_dagster.assets.monitor import monitor_check, monitor_job
-from matos_dagster.assets.windows import summary_asset, windows_asset, windows_automation, windows_job, windows_sensor
+from matos_dagster.assets.windows import summary_asset, windows_asset, windows_automation
 from matos_dagster.core import settings, topics
 from matos_dagster.core.kafka import many
 from matos_dagster.core.kafka.errors import KafkaUnavailable
@@ -32,6 +32,7 @@ from matos_dagster.jobs.restore import restore_job
 from matos_dagster.jobs.retention import retention_job, retention_schedule
 from matos_dagster.jobs.verify import verify_job
 from matos_dagster.resources import KafkaResource, SparkResource, SwiftResource
+from matos_dagster.sensors.days import days_sensor
 from matos_dagster.sensors.lag import lag_sensor
 from matos_dagster.sensors.monitor import monitor_sensor
 
@@ -103,7 +104,6 @@ RETENTION = retention_job(TOPIC_SET)
 COMPACT = compact_job(TOPIC_SET)
 ADD_RANGES = add_ranges_job(TOPIC_SET)
 TIMED = [t for t in TOPICS if t.time_window != "none"]  # event-time windows (assets/windows.py)
-WINDOW_JOBS = [windows_job(t) for t in TIMED]
 
 defs = Definitions(
     assets=[archive_asset(t) for t in TOPICS] + [windows_asset(t) for t in TIMED]
@@ -112,10 +112,12 @@ defs = Definitions(
     jobs=[load, archive_ranges_job(TOPIC_SET), ADD_RANGES,
           backfill_job(TOPIC_SET, ADD_RANGES, lambda: defs.resolve_asset_graph()), acknowledge_loss_job(TOPIC_SET),
           restore_job(TOPICS), verify_job(TOPIC_SET), RETENTION, COMPACT, iceberg_job(TOPIC_SET), monitor_job(CHECKS),
-          *WINDOW_JOBS],
+          ],
     sensors=[lag_sensor(TOPIC_SET, SENSOR_INTERVAL_S), MONITOR]
-    + [windows_sensor(t, j, SENSOR_INTERVAL_S) for t, j in zip(TIMED, WINDOW_JOBS)]
-    + ([windows_automation(SENSOR_INTERVAL_S)] if TIMED else []),
+    # A pattern may match a topic with days at any tick: the sensor then reports its windows.
+    + ([days_sensor(TOPIC_SET, SENSOR_INTERVAL_S), windows_automation(SENSOR_INTERVAL_S)]
+       if TIMED or any(p.settings.time_window != "none" for p in TOPIC_SET.patterns)
+       else []),
     schedules=[retention_schedule(RETENTION, os.environ["MATOS_RETENTION_CRON"]),
                compact_schedule(COMPACT, os.environ["MATOS_COMPACT_CRON"])],
     resources=RESOURCES,

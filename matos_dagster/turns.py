@@ -115,9 +115,9 @@ def started_by(tags: dict) -> str:
     return "launched from the UI, the CLI or Python"
 
 
-def going_elsewhere(instance: DagsterInstance, sensor: str) -> Iterable[tuple[str, dict]]:
-    """(run id, tags) of the going runs (queued ones too) that `sensor` did not request."""
+def going_elsewhere(instance: DagsterInstance, sensor: str) -> Iterable[DagsterRun]:
+    """The going runs (queued ones too) that `sensor` did not request."""
     statuses = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, *GOING]
     for run in instance.get_runs(filters=RunsFilter(statuses=statuses)):
         if run.tags.get("dagster/sensor_name") != sensor:
-            yield run.run_id, run.tags
+            yield run

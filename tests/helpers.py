@@ -200,6 +200,15 @@ def delete_records(kafka, topic: str, partition: int, before: int) -> None:
     admin.delete_records([tp])[tp].result(30)
 
 
+def requested_ranges(result) -> list:
+    """The ranges a lag sensor tick requested, each with the run key of the run that carries it."""
+    from matos_dagster.core.offsets.ranges import parse_key
+    from matos_dagster.turns import BATCH_OP
+
+    return [(parse_key(key), r.run_key) for r in result.run_requests or []
+            for key in r.run_config["ops"][BATCH_OP]["config"]["ranges"]]
+
+
 def user_env(folder, kafka_server, swift_server, topics_yaml: str, container: str, **settings: str) -> dict:
     """The environment of a `dagster` CLI user whose MATOS_ settings point at the test stack.
 

@@ -3,16 +3,14 @@ partition materialised once the day is completely archived (core/days/completene
 when), and again when late records of it are archived (a new data version: what depends on
 the day is then stale, and automation runs it again).
 
-The sensor evaluates the topic (core/days/evaluate.py: only the ranges archived since its last
-evaluation are read) and requests a run per window to (re)materialise; its cursor is the last
-window whose run it requested, so windows written by a tick that did not end are requested by the
-next. The asset reads the window's record and says what the day holds. `summary_<topic>` (a topic
+The days sensor (sensors/days.py) evaluates every topic's windows and reports each window that
+completes as its partition's materialisation, without a run; the asset itself, materialised from
+the UI, reads the window's record and says the same of it (`window_result`). `summary_<topic>` (a topic
 with `windows_summary: true`) is an example of work that depends on a day: it reads the day's
 records straight from the ranges the record names.
 """
 
 
-import time
 
 import pyarrow.compute as pc
 from dagster import (
@@ -28,16 +26,11 @@ from dagster import (
     HourlyPartitionsDefinition,
     MaterializeResult,
     MetadataValue,
-    RunRequest,
-    SensorEvaluationContext,
-    SensorResult,
     TableColumn,
     TableRecord,
     TableSchema,
     TimeWindowPartitionsDefinition,
     asset,
-    define_asset_job,
-    sensor,
 )
 
 from matos_dagster.core.days import evaluate, windows
@@ -45,7 +38,7 @@ from matos_dagster.core.days.completeness import Rules
 from matos_dagster.core.days.read import WindowNotComplete, read_window, window_record
 from matos_dagster.core.swift import layout
 from matos_dagster.core.topics import TopicConfig
-from matos_dagster.resources import KafkaResource, SwiftResource
+from matos_dagster.resources import SwiftResource
 
 _COLUMNS = TableSchema(columns=[
     TableColumn("partition", "int"), TableColumn("records", "int"), TableColumn("bytes", "int"),
@@ -82,54 +75,32 @@ def windows_asset(topic: TopicConfig):
                 doc = window_record(store, prefix, topic.name, context.partition_key)
             except WindowNotComplete as e:
                 raise Failure(str(e)) from None
-        per = evaluate.summary(doc)
-        rows = [TableRecord({"partition": p, "records": s["records"], "bytes": s["bytes"],
-                             "first_offset": -1 if s["first_offset"] is None else s["first_offset"],
-                             "last_offset": -1 if s["last_offset"] is None else s["last_offset"],
-                             "late": s["late"], "ranges": ", ".join(s["ranges"]),
-                             "lost": ", ".join(f"[{a}, {b})" for a, b in s["lost"])}) for p, s in per.items()]
-        return MaterializeResult(
-            metadata={
-                "records": MetadataValue.int(sum(s["records"] for s in per.values())),
-                "bytes": MetadataValue.int(sum(s["bytes"] for s in per.values())),
-                "late_records": MetadataValue.int(sum(s["late"] for s in per.values())),
-                # Offsets acknowledged lost that may have held records of the window (acknowledge_loss).
-                "lost_offsets": MetadataValue.int(sum(b - a for s in per.values() for a, b in s["lost"])),
-                "partitions": MetadataValue.table(rows, schema=_COLUMNS),
-                "window": MetadataValue.json({"start_ms": doc["start"], "end_ms": doc["end"]}),
-            },
-            data_version=DataVersion(evaluate.version_of(doc)),
-        )
+        return window_result(doc)
 
     return _window
 
 
-def windows_job(topic: TopicConfig):
-    return define_asset_job(f"{topic.windows_asset_name}_job", selection=[AssetKey(topic.windows_asset_name)])
-
-
-def windows_sensor(topic: TopicConfig, job, interval_s: int):
-    @sensor(name=f"{topic.windows_asset_name}_sensor", job=job, minimum_interval_seconds=interval_s,
-            default_status=DefaultSensorStatus.RUNNING,
-            description=f"Materialises each {topic.time_window} of `{topic.name}` once it is completely archived.")
-    def _windows(context: SensorEvaluationContext, kafka: KafkaResource, swift: SwiftResource):
-        parts = kafka.partitions(topic.name)
-        marks = kafka.watermarks(topic.name, parts)
-        requested = context.cursor or ""
-        with swift.store() as store:
-            prefix = layout.join(store.params.prefix, topic.prefix)
-            done = evaluate.evaluate(store, prefix, topic.name, rules(topic), {p: marks[p][1] for p in parts},
-                                     int(time.time() * 1000), log_starts={p: marks[p][0] for p in parts},
-                                     committed=lambda ps: kafka.committed(topic.name, ps, topic.group),
-                                     requested=requested)
-        requests = [RunRequest(run_key=f"{w.key}:{w.version}", partition_key=w.key) for w in done]
-        cursor = evaluate.last_cursor(done, requested)
-        if not requests:
-            return SensorResult(skip_reason=f"no {topic.time_window} of {topic.name} completed or got late records",
-                                cursor=cursor)
-        return SensorResult(run_requests=requests, cursor=cursor)
-
-    return _windows
+def window_result(doc: dict) -> MaterializeResult:
+    """What a complete window's record says it holds, as its materialisation: by the asset's own
+    run (the UI) and by the days sensor's report alike."""
+    per = evaluate.summary(doc)
+    rows = [TableRecord({"partition": p, "records": s["records"], "bytes": s["bytes"],
+                         "first_offset": -1 if s["first_offset"] is None else s["first_offset"],
+                         "last_offset": -1 if s["last_offset"] is None else s["last_offset"],
+                         "late": s["late"], "ranges": ", ".join(s["ranges"]),
+                         "lost": ", ".join(f"[{a}, {b})" for a, b in s["lost"])}) for p, s in per.items()]
+    return MaterializeResult(
+        metadata={
+            "records": MetadataValue.int(sum(s["records"] for s in per.values())),
+            "bytes": MetadataValue.int(sum(s["bytes"] for s in per.values())),
+            "late_records": MetadataValue.int(sum(s["late"] for s in per.values())),
+            # Offsets acknowledged lost that may have held records of the window (acknowledge_loss).
+            "lost_offsets": MetadataValue.int(sum(b - a for s in per.values() for a, b in s["lost"])),
+            "partitions": MetadataValue.table(rows, schema=_COLUMNS),
+            "window": MetadataValue.json({"start_ms": doc["start"], "end_ms": doc["end"]}),
+        },
+        data_version=DataVersion(evaluate.version_of(doc)),
+    )
 
 
 GROUP = "event_time"

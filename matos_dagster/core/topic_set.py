@@ -35,6 +35,8 @@ class TopicPattern:
     # Builds the TopicConfig of a matching topic from the entry's settings (topics.parse made it,
     # having checked those settings once with a placeholder name).
     make: Callable[[str], TopicConfig] = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
+    # The settings a matching topic gets (made with a placeholder name): what every match has in common.
+    settings: TopicConfig = field(default=None, compare=False, repr=False)
 
     def matches(self, topic: str) -> bool:
         return (not is_internal(topic) and re.fullmatch(self.pattern, topic) is not None

@@ -235,7 +235,7 @@ def _pattern(entry: dict, defaults: dict[str, Any], where: str, registry_url: st
             raise TopicsFileError(f"{where}: {what} {regex!r} is not a valid regex: {e}") from None
     values = {**defaults, **_flatten(entry, where)}
     label = f"{where} (pattern {pattern!r})"
-    _build({**values, "name": _PROBE}, label, registry_url, base)
+    probe = _build({**values, "name": _PROBE}, label, registry_url, base)
     made: dict[str, TopicConfig] = {}
 
     def make(name: str) -> TopicConfig:
@@ -244,7 +244,7 @@ def _pattern(entry: dict, defaults: dict[str, Any], where: str, registry_url: st
             made[name] = _build({**values, "name": name}, f"{label} for {name!r}", registry_url, base)
         return made[name]
 
-    return TopicPattern(pattern, tuple(exclude), make)
+    return TopicPattern(pattern, tuple(exclude), make, probe)
 
 
 def _flatten(entry: Any, where: str) -> dict[str, Any]:

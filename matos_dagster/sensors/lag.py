@@ -31,8 +31,8 @@ from dagster import (
 
 from matos_dagster.core import settings
 from matos_dagster.core.kafka import many
-from matos_dagster.core.offsets.ranges import MalformedKey, OffsetRange, parse_key
-from matos_dagster.core.runs import estate, heartbeat, policy
+from matos_dagster.core.offsets.ranges import OffsetRange
+from matos_dagster.core.runs import estate, heartbeat, policy, turns
 from matos_dagster.core.runs.policy import FAILED, IN_FLIGHT, MISSING, SUCCEEDED, Offsets, PartitionState
 from matos_dagster.dagster_compat import RUN_KEY_TAG, SENSOR_NAME_TAG
 from matos_dagster.dead_runs import fail_dead_runs
@@ -114,7 +114,7 @@ def lag_sensor(topics, interval_s: int, name: str = NAME) -> SensorDefinition:
                 if d.run_key == d.request.key:  # a new range, not a retry
                     new_keys.setdefault(topic.partitions_name, []).append(d.request.key)
                 reasons.append(f"{topic.name}/{p}: {d.reason}")
-            elif d.state.key and not d.state.done:
+            elif d.warning or (d.state.key and not d.state.done):  # a loss, a give-up, a range in flight
                 reasons.append(f"{topic.name}/{p}: {d.reason}")
 
         most = int(settings.get("MATOS_RUN_MAX_RANGES"))
@@ -186,19 +186,13 @@ def _materialised(context: SensorEvaluationContext, run_id: str) -> set[str]:
 
 def _busy(context: SensorEvaluationContext) -> dict[tuple[str, int], str]:
     """Partitions that a going run of another origin archives (the UI, the CLI, a backfill): one query."""
-    busy: dict[tuple[str, int], str] = {}
-    for run_id, tags in going_elsewhere(context.instance, context.sensor_name):
-        if tags.get(BATCH_TAG) == "true":
-            run = context.instance.get_run_by_id(run_id)
-            ranges = batch_ranges(run) if run is not None else []
-        else:
-            try:
-                ranges = [parse_key(tags.get("dagster/partition", ""))]
-            except MalformedKey:
-                continue
-        for r in ranges:
-            busy.setdefault((r.topic, r.partition), f"run {run_id} is archiving {r}; waiting for it")
-    return busy
+    def keys(run) -> list[str]:
+        if run.tags.get(BATCH_TAG) == "true":
+            return [r.key for r in batch_ranges(run)]
+        return [run.tags.get("dagster/partition", "")]
+
+    return turns.busy_partitions((run.run_id, keys(run)) for run in going_elsewhere(context.instance,
+                                                                                     context.sensor_name))
 
 
 def _average_record_bytes(context: SensorEvaluationContext, names: set[str], by_name: dict) -> dict[str, float]:

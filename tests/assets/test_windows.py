@@ -20,8 +20,7 @@ from dagster import (
 )
 from helpers import delete_records, read_kafka
 
-from matos_dagster.assets import windows as windows_assets
-from matos_dagster.assets.windows import summary_asset, windows_asset, windows_job, windows_sensor
+from matos_dagster.assets.windows import summary_asset, windows_asset
 from matos_dagster.core.archive.loss import acknowledge
 from matos_dagster.core.archive.range_run import archive_range
 from matos_dagster.core.days import evaluate, windows
@@ -30,7 +29,9 @@ from matos_dagster.core.offsets.ranges import OffsetRange
 from matos_dagster.core.swift import layout
 from matos_dagster.core.swift.store import Store
 from matos_dagster.core.topics import TopicConfig
+from matos_dagster.core.topic_set import TopicSet
 from matos_dagster.jobs.restore import restore_job
+from matos_dagster.sensors.days import days_sensor
 
 TODAY = windows.start_of(int(time.time() * 1000), windows.DAY_MS)
 D1, D2, D3 = TODAY - 3 * windows.DAY_MS, TODAY - 2 * windows.DAY_MS, TODAY - windows.DAY_MS
@@ -49,7 +50,7 @@ class Days:
     def __init__(self, kafka, swift, spark, name: str, **kw):
         self.kafka, self.swift, self.spark, self.name = kafka, swift, spark, name
         self.topic = TopicConfig(name, group=f"g-{uuid.uuid4().hex[:6]}", allowed_lateness_s=0, **kw)
-        self.sensor = windows_sensor(self.topic, windows_job(self.topic), 30)
+        self.sensor = days_sensor(TopicSet([self.topic]), 30, rest_s=0)  # each tick evaluates the topic
         self.asset, self.summary = windows_asset(self.topic), summary_asset(self.topic)
         self.archived = {}
         self.cursor = None  # the sensor's, from tick to tick as the daemon keeps it
@@ -72,11 +73,12 @@ class Days:
                     self.archived[p] = high
 
     def evaluate(self) -> list[tuple[str, str]]:
-        """The sensor's run requests: (day, run key)."""
+        """The windows the sensor reports as materialised: (day, data version)."""
         result = self.sensor(build_sensor_context(resources={"kafka": self.kafka, "swift": self.swift},
                                                   cursor=self.cursor))
         self.cursor = result.cursor
-        return [(r.partition_key, r.run_key) for r in result.run_requests or []]
+        assert not result.run_requests, "the days sensor launches no run"
+        return [(e.partition, e.tags["dagster/data_version"]) for e in result.asset_events or []]
 
     def materialize(self, day: str, instance: DagsterInstance):
         result = materialize([self.asset], partition_key=day, resources={"swift": self.swift}, instance=instance)
@@ -194,7 +196,7 @@ def test_a_producer_stamping_two_hours_ahead_across_midnight_has_every_record_in
     days = Days(kafka, swift, spark, new_topic(partitions=2))
     minute = 60_000
     clock = SimpleNamespace(ms=D1 + 21 * H + 45 * minute)  # the sensor's now
-    monkeypatch.setattr(windows_assets, "time", SimpleNamespace(time=lambda: clock.ms / 1000))
+    days.sensor = days_sensor(TopicSet([days.topic]), 30, rest_s=0, clock=lambda: clock.ms / 1000)
     days.produce(0, D1 + 23 * H + H // 2, D2 + H // 2)  # D1 21:30 and 22:30, stamped +2 h
     days.produce(1, D1 + 21 * H + 40 * minute)
     days.archive()

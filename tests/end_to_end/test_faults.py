@@ -35,16 +35,17 @@ from confluent_kafka.admin import NewPartitions
 from dagster import DagsterRunStatus, Definitions, build_sensor_context, instance_for_test
 from dagster._core.storage.tags import RUN_KEY_TAG, SENSOR_NAME_TAG
 from dagster._core.test_utils import create_run_for_test
-from helpers import delete_records, produce
+from helpers import delete_records, produce, requested_ranges
 from matos_dev.stack import process
 
-from matos_dagster.assets.archive import archive_asset, ranges_partitions
+from matos_dagster.assets.archive import archive_asset
 from matos_dagster.assets.monitor import MONITOR_JOB, monitor_check, monitor_job
 from matos_dagster.core.archive.range_run import DataLoss, archive_range
 from matos_dagster.core.offsets.ranges import OffsetRange
 from matos_dagster.core.settings import PROJECT_ROOT
 from matos_dagster.core.spark.tasks import is_connect
 from matos_dagster.core.swift import layout
+from matos_dagster.core.topic_set import TopicSet
 from matos_dagster.core.topics import TopicConfig
 from matos_dagster.core.verify import GAP, LOSS, Report, verify_topic
 from matos_dagster.resources import SparkResource
@@ -612,7 +613,7 @@ class Sensor:
 
     def __init__(self, topic: TopicConfig, kafka, swift, spark, instance):
         self.topic, self.kafka, self.swift, self.spark, self.instance = topic, kafka, swift, spark, instance
-        self.definition = lag_sensor(topic, ranges_partitions(topic), 30)
+        self.definition = lag_sensor(TopicSet([topic]), 30)
         self.cursor: str | None = None
         self.archived: list[OffsetRange] = []
 
@@ -624,8 +625,7 @@ class Sensor:
         return result
 
     def requested(self, result) -> list[tuple[OffsetRange, str]]:
-        from matos_dagster.core.offsets.ranges import parse_key
-        return [(parse_key(r.partition_key), r.run_key) for r in result.run_requests]
+        return requested_ranges(result)
 
     def run(self, r: OffsetRange, run_key: str) -> None:
         """What the run the daemon launches does, and its record in the instance."""

@@ -297,3 +297,15 @@ def test_a_tick_that_requests_runs_shows_why_it_skipped_the_other_partitions(kaf
     log = capfd.readouterr().err
     assert f"{name}/0: run {busy.run_id} is archiving {name}/0[0, 150); waiting for it" in log
     assert f"{name}/1: 150 records waiting" in log
+
+
+def test_a_batch_run_launched_by_hand_holds_the_sensor_back_in_its_partitions(kafka, instance, new_topic):
+    from matos_dagster.jobs.archive_ranges import ranges_config
+    from matos_dagster.turns import BATCH_TAG
+
+    name = new_topic(partitions=2)
+    produce(kafka, name, [(b"k", b"v", [], p) for p in (0, 1) for _ in range(150)])
+    sensor = Sensor(topic_config(name), kafka, instance)
+    create_run_for_test(instance, status=DagsterRunStatus.STARTED, tags={BATCH_TAG: "true"},
+                        run_config=ranges_config([OffsetRange(name, 1, 0, 150)]))
+    assert [r for r, _ in requested(sensor.tick())] == [OffsetRange(name, 0, 0, 150)]

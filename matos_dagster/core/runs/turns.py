@@ -42,23 +42,21 @@ def ahead(mine: Claim, others: Iterable[Claim | None]) -> list[Claim]:
     return sorted(c for c in others if c is not None and c.run_id != mine.run_id and c < mine)
 
 
-def busy_partitions(runs: Iterable[tuple[str, dict]], topic: str, sensor: str) -> dict[int, str]:
-    """Partitions of `topic` that a going run not launched by `sensor` archives: {partition: why}.
+def busy_partitions(runs: Iterable[tuple[str, Iterable[str]]]) -> dict[tuple[str, int], str]:
+    """Partitions that going runs of another origin archive: `{(topic, partition): why}`.
 
-    `runs`: (run id, tags) of the instance's queued, starting and started runs. The lag sensor
-    requests nothing in such a partition (a CLI or UI run is archiving there) until that run ends.
+    `runs`: (run id, partition keys it archives) of the instance's queued, starting and started runs
+    that the lag sensor did not request (a run of one range from the UI or the CLI, a backfill's, a
+    batch launched by hand). The lag sensor requests nothing in such a partition until that run ends.
     """
     from matos_dagster.core.offsets.ranges import MalformedKey, parse_key
 
-    busy: dict[int, str] = {}
-    for run_id, tags in runs:
-        key = tags.get("dagster/partition", "")
-        if tags.get("dagster/sensor_name") == sensor or not key.startswith(f"{topic}:p"):
-            continue
-        try:
-            r = parse_key(key)
-        except MalformedKey:
-            continue
-        if r.topic == topic:
-            busy.setdefault(r.partition, f"run {run_id} is archiving {r}; waiting for it")
+    busy: dict[tuple[str, int], str] = {}
+    for run_id, keys in runs:
+        for key in keys:
+            try:
+                r = parse_key(key)
+            except MalformedKey:  # not a range: it archives nothing
+                continue
+            busy.setdefault((r.topic, r.partition), f"run {run_id} is archiving {r}; waiting for it")
     return busy

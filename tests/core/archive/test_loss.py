@@ -13,16 +13,17 @@ import uuid
 
 import pytest
 from dagster import Definitions, build_sensor_context, instance_for_test
-from helpers import check_archive, delete_records, produce
+from helpers import check_archive, delete_records, produce, requested_ranges
 
-from matos_dagster.assets.archive import archive_asset, ranges_partitions
+from matos_dagster.assets.archive import archive_asset
 from matos_dagster.assets.monitor import MONITOR_JOB, monitor_check, monitor_job
 from matos_dagster.core.archive import loss
 from matos_dagster.core.archive.range_run import DataLoss, RangeRefused, archive_range
-from matos_dagster.core.offsets.ranges import OffsetRange, parse_key
+from matos_dagster.core.offsets.ranges import OffsetRange
 from matos_dagster.core.runs.policy import Offsets, PartitionState, decide
 from matos_dagster.core.swift import layout
 from matos_dagster.core.swift.archived import LOSS, RANGE, Entry, PartitionArchive
+from matos_dagster.core.topic_set import TopicSet
 from matos_dagster.core.topics import TopicConfig
 from matos_dagster.jobs.loss import acknowledge_loss_job
 from matos_dagster.jobs.ranges import add_ranges_job
@@ -54,7 +55,7 @@ def test_after_retention_deleted_unarchived_records_one_acknowledgement_lets_the
         jobs=[acknowledge_loss_job([cfg]), add_ranges_job([cfg]), monitor_job([check])],
         resources={"kafka": kafka, "swift": swift, "spark": spark_resource},
     )
-    sensor = lag_sensor(cfg, ranges_partitions(cfg), 30)
+    sensor = lag_sensor(TopicSet([cfg]), 30)
 
     def acknowledge(instance, **conf):
         return defs.resolve_job_def("acknowledge_loss").execute_in_process(
@@ -108,8 +109,7 @@ def test_after_retention_deleted_unarchived_records_one_acknowledgement_lets_the
         # The sensor goes on by itself from the log start; the next range archives and commits.
         tick = sensor(build_sensor_context(instance=instance, sensor_name=sensor.name, resources={"kafka": kafka},
                                            cursor=tick.cursor))
-        (request,) = tick.run_requests
-        nxt = parse_key(request.partition_key)
+        ((nxt, _),) = requested_ranges(tick)
         assert (nxt.start, nxt.end) == (60, 100)
         with pytest.raises(RangeRefused, match=r"acknowledged as lost"):
             archive_range(OffsetRange(topic, 0, 50, 100), cfg, kafka, store, spark)

@@ -30,10 +30,12 @@ def test_the_sensor_sees_partitions_that_other_runs_are_archiving():
     from matos_dagster.core.runs.turns import busy_partitions
 
     runs = [
-        ("cli", {"dagster/partition": OffsetRange("demo", 0, 0, 10).key}),
-        ("own", {"dagster/partition": OffsetRange("demo", 1, 0, 10).key, "dagster/sensor_name": "lag_archive_demo"}),
-        ("other-topic", {"dagster/partition": OffsetRange("demo2", 2, 0, 10).key}),
-        ("ui-typo", {"dagster/partition": "demo:p3 oops"}),
-        ("monitor", {}),
+        ("cli", [OffsetRange("demo", 0, 0, 10).key]),
+        ("batch-by-hand", [OffsetRange("demo", 1, 0, 10).key, OffsetRange("demo2", 2, 0, 10).key]),
+        ("ui-typo", ["demo:p3 oops"]),
+        ("monitor", []),
     ]
-    assert busy_partitions(runs, "demo", "lag_archive_demo") == {0: "run cli is archiving demo/0[0, 10); waiting for it"}
+    assert busy_partitions(runs) == {
+        ("demo", 0): "run cli is archiving demo/0[0, 10); waiting for it",
+        ("demo", 1): "run batch-by-hand is archiving demo/1[0, 10); waiting for it",
+        ("demo2", 2): "run batch-by-hand is archiving demo2/2[0, 10); waiting for it"}

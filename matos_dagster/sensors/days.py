@@ -1,0 +1,123 @@
+"""The days sensor: one for every topic with days (or hours); each window that completes (or gets
+late records) reported as its partition's materialisation of the topic's `days_<topic>` asset,
+without a run.
+
+Per tick: the topics resolved from the topics file (names and patterns), their partitions' offsets
+in a few batched requests (core/kafka/many.py), then, for each topic that is due, an evaluation
+(core/days/evaluate.py: only the ranges archived since its last one are read). A topic is due when
+its log end or committed offsets moved since its last evaluation, or when that evaluation is
+`rest_s` old: a quiet topic's days complete as its partitions go idle, which takes time, not
+records. Topics are evaluated stalest first within `budget_s` of a tick (Dagster gives a tick 60 s);
+the rest come first at the next tick.
+
+A completed window is reported with the metadata and data version the asset's own run gives it
+(`assets/windows.py`'s `window_result`), so what depends on the day (automation) sees a new
+materialisation either way. Each topic's cursor is the last window reported (its journal place): a
+tick that did not end is reported again by the next.
+"""
+
+import hashlib
+import json
+import time
+
+from dagster import (
+    AssetMaterialization,
+    DefaultSensorStatus,
+    SensorDefinition,
+    SensorEvaluationContext,
+    SensorResult,
+    SkipReason,
+    sensor,
+)
+
+from matos_dagster.assets.windows import rules, window_result
+from matos_dagster.core.days import evaluate
+from matos_dagster.core.days.read import WindowNotComplete, window_record
+from matos_dagster.core.kafka import many
+from matos_dagster.core.swift import layout
+from matos_dagster.core.topic_set import TopicSet
+from matos_dagster.dagster_compat import DATA_VERSION_IS_USER_PROVIDED_TAG, DATA_VERSION_TAG
+from matos_dagster.resources import KafkaResource, SwiftResource
+
+NAME = "days"
+BUDGET_S = 30.0
+REST_S = 300.0  # a quiet topic is evaluated this often: its partitions go idle with time alone
+
+
+def days_sensor(topics: TopicSet, tick_s: int, rest_s: float = REST_S, budget_s: float = BUDGET_S,
+                clock=time.time) -> SensorDefinition:
+    """`clock`: now, in seconds since the epoch (a test's clock in the tests)."""
+
+    @sensor(
+        name=NAME,
+        minimum_interval_seconds=tick_s,
+        default_status=DefaultSensorStatus.RUNNING,
+        description="Materialises each day (or hour) of every topic with event-time windows once it is completely "
+                    "archived, and again when late records of it are archived, without a run.",
+    )
+    def _days(context: SensorEvaluationContext, kafka: KafkaResource, swift: SwiftResource):
+        deadline = time.monotonic() + budget_s
+        cursor = json.loads(context.cursor) if context.cursor else {}
+        now = clock()
+        with kafka.kept_clients():
+            listing = many.topics(kafka)
+            timed = [t for t in topics.resolve(listing).topics if t.time_window != "none" and t.name in listing]
+            tps = [(t.name, p) for t in timed for p in listing[t.name]]
+            marks = many.watermarks(kafka, tps)
+            committed = {}
+            for group in sorted({t.group for t in timed}):
+                committed.update(many.committed(kafka, group, [(t.name, p) for t in timed if t.group == group
+                                                               for p in listing[t.name]]))
+            seen = {t.name: _digest([(p, marks[(t.name, p)], committed[(t.name, p)]) for p in listing[t.name]])
+                    for t in timed}
+            due = [t for t in timed if t.name not in cursor or cursor[t.name].get("seen") != seen[t.name]
+                   or now - cursor[t.name].get("at", 0) >= rest_s]
+            due.sort(key=lambda t: cursor.get(t.name, {}).get("at", 0))  # stalest first
+            events, done, left = [], [], []
+            if due:
+                with swift.store() as store:
+                    for t in due:
+                        if time.monotonic() > deadline:
+                            left.append(t.name)
+                            continue
+                        mine = cursor.get(t.name, {})
+                        reported = _evaluate(t, store, kafka, marks, listing, mine.get("requested", ""), now)
+                        events += [e for e, _ in reported]
+                        requested = evaluate.last_cursor([w for _, w in reported], mine.get("requested", ""))
+                        cursor[t.name] = {"seen": seen[t.name], "at": now, "requested": requested}
+                        done.append(t.name)
+        for name in [n for n in cursor if n not in {t.name for t in timed}]:
+            del cursor[name]  # a topic no longer archived (deleted, out of the topics file)
+        summary = (f"{len(timed)} topic(s) with windows, {len(done)} evaluated, {len(events)} window(s) "
+                   "complete or late" + (f"; time up, first at the next tick: {', '.join(left[:5])}" if left else ""))
+        context.log.info(summary)
+        return SensorResult(asset_events=events, skip_reason=None if events else SkipReason(summary),
+                            cursor=json.dumps(cursor, separators=(",", ":")))
+
+    return _days
+
+
+def _evaluate(topic, store, kafka, marks, listing, requested: str,
+              now: float) -> list[tuple[AssetMaterialization, evaluate.Window]]:
+    """The topic's windows completed (or late) since its cursor, each as its materialisation."""
+    prefix = layout.join(store.params.prefix, topic.prefix)
+    parts = listing[topic.name]
+    windows = evaluate.evaluate(store, prefix, topic.name, rules(topic), {p: marks[(topic.name, p)][1] for p in parts},
+                                int(now * 1000), log_starts={p: marks[(topic.name, p)][0] for p in parts},
+                                committed=lambda ps: kafka.committed(topic.name, ps, topic.group), requested=requested)
+    out = []
+    for w in windows:
+        try:
+            doc = window_record(store, prefix, topic.name, w.key)
+        except WindowNotComplete:  # made anew since (a rebuilt state): the next evaluation says it again
+            continue
+        result = window_result(doc)
+        out.append((AssetMaterialization(asset_key=topic.windows_asset_name, partition=w.key,
+                                         metadata=result.metadata,
+                                         tags={DATA_VERSION_TAG: result.data_version.value,
+                                               DATA_VERSION_IS_USER_PROVIDED_TAG: "true"}), w))
+    return out
+
+
+def _digest(parts: list) -> str:
+    return hashlib.sha1(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:12]
