@@ -16,6 +16,7 @@ meanwhile, and such a run waits for it.
 """
 
 
+import time
 from collections import Counter
 
 from dagster import (
@@ -78,13 +79,14 @@ def archive_ranges_job(topics) -> JobDefinition:
 
             def archive(ready: set[str]) -> None:
                 nonlocal tasks
+                waited_s = max(0.0, time.time() - mine.since)  # these partitions' turn came this long after the claim
                 batch = archive_batch([i for i in items if where(i[0]) in ready], kafka, store,
                                       lambda: spark.spark_session, say=context.log.info)
                 tasks += batch.tasks
                 for note in batch.notes:
                     context.log.warning(note)
                 for o in batch.outcomes:
-                    _report(context, o)
+                    _report(context, o, waited_s)
                 outcomes.extend(batch.outcomes)
 
             waited = wait_for_turns(instance, mine, {where(r) for r, _ in items}, context.log.info, thresholds,
@@ -117,13 +119,14 @@ def archive_ranges_job(topics) -> JobDefinition:
     return _job
 
 
-def _report(context: OpExecutionContext, o: Outcome) -> None:
+def _report(context: OpExecutionContext, o: Outcome, waited_s: float) -> None:
     """An archived range as its key's materialisation of its topic's asset; else the reason, said."""
     if not o.ok:
         context.log.error(f"{o.range.key}: {o.error}")
         return
-    context.log_event(AssetMaterialization(asset_key=o.topic.asset_name, partition=o.range.key,
-                                           metadata=metadata(o.archived, o.location)))
+    meta = metadata(o.archived, o.location)
+    meta["waited_for_other_runs_s"] = MetadataValue.float(round(waited_s, 3))
+    context.log_event(AssetMaterialization(asset_key=o.topic.asset_name, partition=o.range.key, metadata=meta))
 
 
 def ranges_config(ranges: list[OffsetRange]) -> dict:

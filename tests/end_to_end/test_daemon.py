@@ -42,6 +42,7 @@ from pg_server import PRODUCTION_INSTANCE, environment, new_database, running_po
 from matos_dagster.core.days import windows
 from matos_dagster.core.settings import PROJECT_ROOT
 from matos_dagster.resources import SwiftResource
+from matos_dagster.turns import batch_ranges
 
 DAGSTER = str(Path(sys.executable).parent / "dagster")
 YESTERDAY_MS = windows.start_of(int(time.time() * 1000), windows.DAY_MS) - windows.DAY_MS
@@ -113,9 +114,7 @@ class Dev:
     quiet_from: Quiet | None = None  # set by test A once its runs have ended: nothing is produced after
     late_topic: str = ""  # a topic whose log start was past 0 before the daemon started (the days' test)
 
-    @property
-    def lag_sensor(self) -> str:
-        return f"lag_{self.asset}"
+    lag_sensor: str = "lag"  # one for every topic
 
     def tail(self, chars: int = 6000) -> str:
         return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else "(no log)"
@@ -340,9 +339,10 @@ def test_the_daemon_archives_new_records_by_itself(dev, kafka, swift_server):
 
     # Launched by the lag sensor, not by us, and every one succeeded.
     assert all(r.status == DagsterRunStatus.SUCCESS for r in runs), [(r.run_id, r.status) for r in runs]
-    assert all(r.tags[SENSOR_TAG] == dev.lag_sensor for r in runs)
-    keys = {r.tags["dagster/partition"] for r in runs}
+    assert all(r.tags[SENSOR_TAG] == dev.lag_sensor and r.job_name == "archive_ranges" for r in runs)
+    keys = {r.key for run in runs for r in batch_ranges(run) if r.topic == dev.topic}
     assert {k.split(":")[1] for k in keys} == {f"p{p:05d}" for p in parts}, keys
+    assert len(runs) < len(keys), "the ranges of one tick go in one run"
     assert keys <= set(dev.instance.get_dynamic_partitions(f"{dev.asset}_ranges"))
 
     # The archive, checked apart from the product.
@@ -384,14 +384,14 @@ def test_the_monitor_sensor_reports_the_archived_topics_verdict_without_a_run(de
 
 def test_a_completed_day_is_materialised_by_the_daemon_and_what_depends_on_it_by_automation(dev):
     """Test A's records are stamped yesterday: once archived to the log end, and idle for the topic's
-    idle_s, yesterday is complete. The days sensor's run materialises it, and Dagster's automation
+    idle_s, yesterday is complete. The days sensor reports it materialised (no run), and Dagster's automation
     then runs the summary that depends on it; nobody asks."""
     day = windows.key(YESTERDAY_MS, windows.DAY_MS)
     days = AssetKey("days_" + dev.asset.removeprefix("archive_"))
     summary = AssetKey("summary_" + dev.asset.removeprefix("archive_"))
     assert dev.quiet_from, "test A archives first: run the module, not this test alone"
     with shows_log(dev):
-        wait_for(f"{days.to_user_string()} {day} materialised by its sensor's run",
+        wait_for(f"{days.to_user_string()} {day} materialised by the days sensor",
                  lambda: day in dev.instance.get_materialized_partitions(days), 180, dev)
         wait_for(f"{summary.to_user_string()} {day} materialised by automation",
                  lambda: day in dev.instance.get_materialized_partitions(summary), 180, dev)
@@ -399,6 +399,7 @@ def test_a_completed_day_is_materialised_by_the_daemon_and_what_depends_on_it_by
     assert event.asset_materialization.partition == day
     assert event.asset_materialization.metadata["records"].value == RECORDS
     assert dev.instance.get_materialized_partitions(days) == {day}  # today is not complete
+    assert not [r for r in dev.instance.get_runs() if r.job_name.startswith("days_")], "a days run was launched"
 
 
 def test_a_topic_whose_log_start_was_past_0_before_its_first_archive_completes_its_days_through_the_daemon(dev):
@@ -409,7 +410,7 @@ def test_a_topic_whose_log_start_was_past_0_before_its_first_archive_completes_i
     wanted = {windows.key(BEFORE_YESTERDAY_MS, windows.DAY_MS): LATE_RECORDS // 2 - LATE_DELETED,
               windows.key(YESTERDAY_MS, windows.DAY_MS): LATE_RECORDS // 2}
     with shows_log(dev):
-        wait_for(f"{days.to_user_string()} {sorted(wanted)} materialised by its sensor's runs",
+        wait_for(f"{days.to_user_string()} {sorted(wanted)} materialised by the days sensor",
                  lambda: dev.instance.get_materialized_partitions(days) == set(wanted), 180, dev)
     got = {}
     for record in dev.instance.fetch_materializations(days, limit=10).records:
@@ -453,7 +454,7 @@ def _quiet_period(dev: Dev, kafka, *, min_ticks: int, min_seconds: float, timeou
     assert all(t.status == TickStatus.SKIPPED for t in ticks), [(t.status, t.tick_data.error) for t in ticks]
     for t in ticks:
         assert t.run_ids == [] and t.run_keys == []
-        assert all(f"p{p}: no new records" in t.skip_reason for p in parts), t.skip_reason
+        assert "; 0 range(s) requested in 0 run(s)" in t.skip_reason, t.skip_reason
     assert kafka.committed(dev.topic, parts, GROUP) == {p: h for p, (_, h) in marks.items()}
 
 
@@ -510,19 +511,28 @@ def _archive_runs(dev: Dev, partition: int, since):
     out = []
     for rec in dev.instance.get_run_records(filters=RunsFilter(created_after=since)):
         try:
-            r = parse_key(rec.dagster_run.tags.get("dagster/partition", ""))
+            ranges = batch_ranges(rec.dagster_run) or [parse_key(rec.dagster_run.tags.get("dagster/partition", ""))]
         except MalformedKey:
             continue
-        if r.topic == dev.topic and r.partition == partition:
+        if any(r.topic == dev.topic and r.partition == partition for r in ranges):
             out.append(rec)
     return out
 
 
-def _materialization(dev: Dev, run_id: str):
+def _keys(dev: Dev, rec, partition: int) -> set[str]:
+    """The keys of the topic partition a run (of one range, or a batch) archives."""
+    from matos_dagster.core.offsets.ranges import parse_key
+
+    ranges = batch_ranges(rec.dagster_run) or [parse_key(rec.dagster_run.tags["dagster/partition"])]
+    return {r.key for r in ranges if (r.topic, r.partition) == (dev.topic, partition)}
+
+
+def _materialization(dev: Dev, run_id: str, key: str | None = None):
     from dagster import DagsterEventType
 
     events = dev.instance.all_logs(run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION)
-    mats = [e for e in events if e.dagster_event.asset_key == AssetKey(dev.asset)]
+    mats = [e for e in events if e.dagster_event.asset_key == AssetKey(dev.asset)
+            and key in (None, e.dagster_event.partition)]
     assert len(mats) == 1, f"run {run_id}: {len(mats)} materialisations of {dev.asset}"
     return mats[0]
 
@@ -553,7 +563,7 @@ def test_an_operator_archiving_the_range_the_sensor_requested_leaves_one_run_wri
         (sensor_run,) = wait_for(f"the lag sensor requests {key}", lambda: [
             rec for rec in _archive_runs(dev, p, since) if rec.dagster_run.tags.get(SENSOR_TAG) == dev.lag_sensor
         ], 120, dev, every=0.5)
-    assert sensor_run.dagster_run.tags["dagster/partition"] == key
+    assert _keys(dev, sensor_run, p) == {key}
 
     # The operator, meanwhile: the README's two commands, in processes of their own.
     env = {**os.environ, **dev.instance_env, "DAGSTER_HOME": str(dev.home), "MATOS_TOPICS_FILE": str(dev.home.parent / "topics.yaml"),
@@ -582,12 +592,12 @@ def test_an_operator_archiving_the_range_the_sensor_requested_leaves_one_run_wri
                         and all(rec.dagster_run.status in _TERMINAL for rec in rs) and rs, 600, dev)
     assert all(rec.dagster_run.status == DagsterRunStatus.SUCCESS for rec in runs), \
         [(rec.dagster_run.run_id, rec.dagster_run.status) for rec in runs]
-    assert {rec.dagster_run.tags["dagster/partition"] for rec in runs} == {key}
+    assert set().union(*(_keys(dev, rec, p) for rec in runs)) == {key}
     by_cli = [rec for rec in runs if SENSOR_TAG not in rec.dagster_run.tags]
     assert len(runs) == 2 and len(by_cli) == 1, [rec.dagster_run.tags for rec in runs]
 
     # Exactly one run wrote the range's records; the other verified them, writing nothing.
-    metas = {rec.dagster_run.run_id: _materialization(dev, rec.dagster_run.run_id)
+    metas = {rec.dagster_run.run_id: _materialization(dev, rec.dagster_run.run_id, key)
              .dagster_event.event_specific_data.materialization.metadata for rec in runs}
     written = {run_id: m["records_written"].value for run_id, m in metas.items()}
     assert sorted(written.values()) == [0, n], written
