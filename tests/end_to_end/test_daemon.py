@@ -298,7 +298,10 @@ def dev(request, tmp_path_factory, kafka, kafka_server, swift_server, connect_se
         env = dev_project(
             # Days: a partition archived to its log end is idle after 5 s (test A's records are yesterday's).
             tmp, f"topics:\n  - name: {topic}\n    group: {GROUP}\n    batch: {{records: 50, age_s: 5}}\n{days}"
-                 f"    windows_summary: true\n  - name: {late}\n    group: {GROUP}\n{days}",
+                 f"    windows_summary: true\n  - name: {late}\n    group: {GROUP}\n{days}"
+                 # Topics created later, by pattern (the pattern test).
+                 f"  - pattern: \"{topic}-new-.*\"\n    group: {GROUP}\n    time_window: none\n"
+                 f"    batch: {{records: 50, age_s: 5}}\n",
             f"daemon-{uuid.uuid4().hex[:8]}", instance_env,
             MATOS_SENSOR_INTERVAL_S=str(INTERVAL_S),
             MATOS_MONITOR_INTERVAL_S="30",  # a verdict at least every 30 s, whatever else evaluates the check
@@ -688,3 +691,22 @@ def test_the_run_queue_starts_the_runs_of_one_range_one_after_the_other(dev):
         assert meta["already_archived"].value is True and meta["records_written"].value == 0, meta
     print(f"[{dev.storage}] the queue let the second run of {key} go {starting[second.dagster_run.run_id] - first.end_time:.1f}s "
           "after the first ended")
+
+
+def test_a_topic_a_pattern_matches_created_while_the_daemon_runs_is_archived_without_a_restart(dev, kafka):
+    """A topic created now that the topics file's pattern matches: the lag sensor's next ticks find it
+    and archive it, every partition to its log end; no restart, no reload. Its materialisations are
+    reported under its own asset key (whose definition appears at the next load of the code location)."""
+    from matos_dagster.core.offsets.ranges import parse_key
+
+    name = f"{dev.topic}-new-1"
+    kafka.create_topic(name, 2)
+    produce(kafka, name, [(f"k{i}".encode(), b"new topic", [], i % 2) for i in range(60)])
+    high = {p: h for p, (_, h) in kafka.watermarks(name, [0, 1]).items()}
+    with shows_log(dev):
+        wait_for(f"{name} archived to its log end by the daemon",
+                 lambda: kafka.committed(name, [0, 1], GROUP) == high, 240, dev)
+        asset = AssetKey("archive_" + name.replace("-", "_"))
+        wait_for(f"{asset.to_user_string()}'s ranges reported as materialised",
+                 lambda: {parse_key(k).partition for k in dev.instance.get_materialized_partitions(asset)} == {0, 1},
+                 120, dev)
