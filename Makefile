@@ -10,7 +10,7 @@ export DAGSTER_HOME := $(MATOS_DEVSTACK_DIR)/dagster
 DAGSTER_PORT ?= 3000
 PYTEST_TIMEOUT ?= 1200
 
-.PHONY: install run run-postgres up down status demo test test-all test-python-reader docs bench bench-peer bench-history bench-compaction bench-days bench-ui clean
+.PHONY: install run run-postgres up down status demo test test-all test-python-reader docs bench bench-peer bench-history bench-compaction bench-days bench-estate bench-ui clean
 
 install: $(STAMP) $(NATIVE)
 
@@ -112,6 +112,8 @@ bench: install
 	$(BIN)/python -m matos_dev.bench.days $(DAYS_ARGS)
 	cp .bench/days.md $(BENCH_DOCS)/days.md
 	$(BIN)/python -m matos_dev.bench.ui $(UI_ARGS)
+	$(BIN)/python -m matos_dev.bench.estate $(ESTATE_ARGS)
+	cp .bench/estate.md $(BENCH_DOCS)/estate.md
 	$(BIN)/python -m matos_dev.bench --peer --peer-faults $(PEER_ARGS)
 
 # The archive side by side with Apache Iceberg's Kafka Connect sink (bench/peer.py): W1 and W2,
@@ -139,6 +141,13 @@ bench-compaction: install
 bench-days: install
 	$(BIN)/python -m matos_dev.bench.days $(DAYS_ARGS)
 	cp .bench/days.md $(BENCH_DOCS)/days.md
+
+# An estate of topics kept archived by one deployment (bench/estate.py): 100 and 1,000 partitions
+# (topics of 4), a first backlog, idle CPU, latency under traffic, the monitor's verdicts; then one busy
+# topic's latency. About 50 minutes on 2 cores; e.g. ESTATE_ARGS="--partitions 100 --busy-latency-s 0".
+bench-estate: install
+	$(BIN)/python -m matos_dev.bench.estate $(ESTATE_ARGS)
+	cp .bench/estate.md $(BENCH_DOCS)/estate.md
 
 # The asset's Overview and Partitions pages in dagster-webserver after a simulated year with
 # retention (4 x MATOS_KEEP_KEYS keys), then at 100,000 keys (bench/ui.py; about 10 minutes).

@@ -266,4 +266,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Through the module as imported, not as __main__: instance_storage.py takes the lock through
+    # `matos_dagster.instance`, and the lock is reentrant only within one module's bookkeeping (a
+    # second flock of the same file from this process would wait forever).
+    from matos_dagster.instance import main as _main
+
+    sys.exit(_main())

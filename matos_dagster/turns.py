@@ -95,7 +95,8 @@ def wait_for_turns(instance: DagsterInstance, mine: turns.Claim, wheres: set[str
         for w, other in sorted(busy.items()):
             if (other.run_id, w) not in told:
                 told.add((other.run_id, w))
-                say(f"run {other.run_id} ({started_by(other.tags)}) is archiving in {w}; this run waits for it "
+                what = other.tags.get(RANGE_TAG) or f"in {w}"  # a batch run names no single range
+                say(f"run {other.run_id} ({started_by(other.tags)}) is archiving {what}; this run waits for it "
                     f"to end, so that one run at a time archives in {w}")
         if time.monotonic() - began > MAX_WAIT_S:
             other = next(iter(busy.values()))

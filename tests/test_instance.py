@@ -129,6 +129,17 @@ def test_make_up_and_make_run_postgres_create_the_instance_before_anything_opens
         assert p.stdout.index("-m matos_dagster.instance") < p.stdout.index(before)
 
 
+def test_the_command_make_up_runs_creates_a_fresh_instance_and_returns(tmp_path):
+    """`python -m matos_dagster.instance HOME`, as `make up` runs it: the lock it takes while Dagster
+    opens the storage is the one the storage takes, so it does not wait for itself."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text((PROJECT_ROOT / "dagster.yaml").read_text())
+    p = subprocess.run([sys.executable, "-m", "matos_dagster.instance", str(home)], cwd=PROJECT_ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "Dagster instance ready" in p.stdout, p.stdout + p.stderr
+
+
 # Dagster's own commands, as a user or their service manager starts them. The one-shot runs are
 # given a run config Dagster refuses after it opened the instance (no Kafka is reached); the
 # services are stopped once they say they have opened it.

@@ -76,6 +76,8 @@ def parser() -> argparse.ArgumentParser:
                 "sensor), in offset order, each in a run of its own; print records, objects and where.",
                 "archive demo:p00000:00000000000000000000-00000000000000005000", ranges.archive)
     c.add_argument("keys", nargs="+", metavar="KEY", help="partition keys, `<topic>:p<partition>:<start>-<end>`")
+    c.add_argument("--one-run", action="store_true",
+                   help="all the keys in one run of the archive_ranges job (as the lag sensor's runs), of any topics")
     c = command("backfill", "add every pending range of a topic and archive them as one Dagster backfill",
                 "Add everything pending of a topic as ranges and archive them as ONE Dagster backfill, run "
                 "by the daemon (make run, or dg dev); --wait prints each range's outcome.",

@@ -76,5 +76,5 @@ def topic_of(name: str):
 
     topic = definitions.TOPIC_SET.get(name)
     if topic is None:
-        raise Refused(f"{not_found(definitions.TOPIC_SET, name)} ({settings.get('MATOS_TOPICS_FILE')})")
+        raise Refused(not_found(definitions.TOPIC_SET, name, settings.get("MATOS_TOPICS_FILE")))
     return topic

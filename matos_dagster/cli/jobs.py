@@ -100,8 +100,8 @@ def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type) -> N
             kind = next(a for a in typing.get_args(kind) if a is not type(None))
         if name == "topic":  # the topic is what every command is about: the positional TOPIC
             optional = {} if field.is_required() else {"nargs": "?", "default": field.default}
-            parser.add_argument("topic", metavar="TOPIC", help=doc + ("" if field.is_required() else
-                                                                     f" (default: {field.default})"), **optional)
+            shown = "" if field.is_required() or field.default in ("", None) else f" (default: {field.default})"
+            parser.add_argument("topic", metavar="TOPIC", help=doc + shown, **optional)
             continue
         flag = "--" + name.replace("_", "-")
         default = field.get_default(call_default_factory=True)
@@ -150,7 +150,7 @@ def run(spec: JobCommand, args: argparse.Namespace) -> int:
             raise Refused(f"--{name.replace('_', '-')} must be {least} or more, got {config[name]}")
     if spec.check is not None:
         spec.check(config)
-    if spec.topic_in_file and "topic" in config:
+    if spec.topic_in_file and config.get("topic"):  # compact's empty topic: every topic
         topic_of(config["topic"])
     try:
         output, result = run_job(spec.job, spec.op, config)

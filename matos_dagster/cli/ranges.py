@@ -108,6 +108,8 @@ def archive(args: argparse.Namespace) -> int:
                 raise Refused(f"{r.key} is not a range of {topic.asset_name} yet; add it first with:\n  "
                               + command("add-ranges", r.topic, "--partition", str(r.partition),
                                         "--start", str(r.start), "--end", str(r.end)))
+        if args.one_run:
+            return _one_run(instance, [r for r, _ in ranges])
         for r, topic in sorted(ranges, key=lambda rt: rt[0]):
             result = materialize([archive_asset(topic), monitor_check(topic)], partition_key=r.key, instance=instance,
                                  resources=definitions.RESOURCES, run_config=quiet(), raise_on_error=False)
@@ -128,6 +130,24 @@ def archive(args: argparse.Namespace) -> int:
                 if evaluation.check_name == CHECK_NAME:
                     print(f"  monitor: {evaluation.metadata['status'].value}")
     return 1 if failed else 0
+
+
+def _one_run(instance, ranges) -> int:
+    """`archive --one-run`: the keys in one run of archive_ranges; each archived key printed, 1 if one was not."""
+    from matos_dagster import definitions
+    from matos_dagster.jobs.archive_ranges import JOB, ranges_config
+
+    result = definitions.defs.resolve_job_def(JOB).execute_in_process(
+        run_config={**ranges_config(ranges), **quiet()}, instance=instance, raise_on_error=False)
+    for m in result.asset_materializations_for_node("archive_batch"):
+        meta = m.metadata
+        how = "verified, already archived" if meta["verified_existing_archive"].value else "archived"
+        print(f"{how} {m.partition}: {meta['records'].value} records, {meta['objects'].value} object(s) "
+              f"-> {meta['swift_location'].value} (run {result.run_id})")
+    if not result.success:
+        print(f"not all archived (run {result.run_id}): {failure(result)}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def remove_key(args: argparse.Namespace) -> int:

@@ -125,6 +125,7 @@ def as_set(topics: "TopicSet | Iterable[TopicConfig]") -> TopicSet:
     return topics if isinstance(topics, TopicSet) else TopicSet(topics)
 
 
-def not_found(topics: TopicSet, name: str) -> str:
-    """The one line that says a topic is not in the topics file, and what is."""
-    return f"topic {name!r} is not in the topics file (no name or pattern matches it); it has {topics.describe()}"
+def not_found(topics: TopicSet, name: str, path: str = "") -> str:
+    """The one line that says a topic is not in the topics file (at `path`, if given), and what is."""
+    where = f" ({path})" if path else ""
+    return f"topic {name!r} is not in the topics file{where}: no name or pattern matches it; it has {topics.describe()}"

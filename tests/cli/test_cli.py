@@ -211,3 +211,18 @@ def test_after_a_loss_the_cli_acknowledges_it_and_archiving_goes_on(spark_projec
     assert f"added {OffsetRange(topic, 0, 12, 20).key}" in added.stdout
     assert "reason" in refusal(matos(env, tmp, "acknowledge-loss", topic, "--partition", "0", "--reason", " ",
                                      ok=False), "acknowledge-loss")
+
+
+def test_archive_one_run_archives_every_key_given_in_one_run_of_archive_ranges(spark_project, kafka):
+    topic, env, tmp = spark_project
+    asset = "archive_" + topic.replace("-", "_")
+    kafka.create_topic(topic, 2)
+    produce(kafka, topic, [(f"k{i}".encode(), b"v", [], i % 2) for i in range(40)])
+    matos(env, tmp, "add-ranges", topic)
+    keys = keys_of(env, asset)
+    archived = matos(env, tmp, "archive", "--one-run", *keys)
+    lines = [line for line in archived.stdout.splitlines() if line.startswith("archived ")]
+    assert sorted(line.split()[1].rstrip(":") for line in lines) == sorted(keys)
+    assert len({line.rsplit("(run ", 1)[1] for line in lines}) == 1, "one run for them all"
+    with instance_of(env) as instance:
+        assert [r.job_name for r in instance.get_runs()] == ["archive_ranges", "add_ranges"]

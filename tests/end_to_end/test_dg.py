@@ -60,7 +60,7 @@ def test_dg_list_defs_lists_the_archive_asset_jobs_sensors_and_schedules_and_a_s
             DG, "list", "defs", "--json")
     out = p.stdout
     for name in ("archive_demo", "add_ranges", "backfill", "archive_ranges", "lag", "monitor", "monitor_checks",
-                 "restore", "verify", "days_demo", "days_demo_sensor", "event_time_automation", "summary_orders"):
+                 "restore", "verify", "days_demo", "days", "event_time_automation", "summary_orders"):
         assert f'"{name}"' in out, (name, out[-3000:])
     assert '"summary_demo"' not in out  # the example asset on a day is deployed only for a topic that asks
 

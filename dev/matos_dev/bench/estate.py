@@ -137,7 +137,7 @@ def measure(stack, tmp: Path, partitions: int, idle_s: float, steady_s: float, b
     spark.start()
     container = f"bench-estate-{run}"
     settings = dagster_dev.stack_settings(stack, container, spark.url, interval_s)
-    topics_yaml = f'topics:\n  - pattern: "estate-{run}-.*"\n    time_window: none\n'
+    topics_yaml = f'topics:\n  - pattern: "estate-{run}-.*"\n'
     out: dict = {"partitions": len(tps), "topics": len(topics), "backlog_records": len(tps) * BACKLOG}
     try:
         with dagster_dev.running(tmp, topics_yaml, settings) as dev, \
@@ -266,6 +266,13 @@ def markdown(results: list[dict]) -> str:
     return "\n".join(rows) + "\n"
 
 
+def busy_markdown(b: dict) -> str:
+    return (f"\nOne busy topic (4 partitions, 1,000 records/s of 1 KiB for {b['seconds']:g} s, the default policy): "
+            f"a record reaches its range's manifest a median {b['median_s']:.0f} s after it is produced, p95 "
+            f"{b['p95_s']:.0f} s, max {b['max_s']:.0f} s ({b['not_archived']} not archived; {b['runs']['archive_runs']} "
+            f"runs, median {b['runs']['starting_s']} s starting and {b['runs']['step_s']} s archiving).\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m matos_dev.bench.estate", description=__doc__.split("\n\n")[0])
     p.add_argument("--partitions", default="100,1000", help="sizes, comma-separated (default 100,1000)")
@@ -274,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--busy-topics", type=int, default=2)
     p.add_argument("--busy-rate", type=float, default=100.0, help="records/s per busy topic")
     p.add_argument("--quiet-every-s", type=float, default=60.0, help="a record per quiet partition every ...")
+    p.add_argument("--busy-latency-s", type=float, default=300.0,
+                   help="seconds of one busy topic at 1,000 records/s, latency to its manifests (0: skip)")
     p.add_argument("--out", default=".bench")
     a = p.parse_args(argv)
     out = Path(a.out)
@@ -287,7 +296,17 @@ def main(argv: list[str] | None = None) -> int:
                                    a.quiet_every_s))
         (out / "estate.json").write_text(json.dumps(results, indent=2))
         (out / "estate.md").write_text(markdown(results))
-    print(markdown(results))
+    if a.busy_latency_s:
+        from matos_dev.bench import latency
+
+        with running_stack() as stack:
+            tmp = out / f"estate-busy-{uuid.uuid4().hex[:6]}"
+            tmp.mkdir(parents=True)
+            busy = latency.measure(stack, tmp, 1000.0, a.busy_latency_s)
+        say(f"one busy topic: median {busy['median_s']} s, p95 {busy['p95_s']} s")
+        (out / "estate-busy.json").write_text(json.dumps(busy, indent=2))
+        (out / "estate.md").write_text(markdown(results) + busy_markdown(busy))
+    print((out / "estate.md").read_text())
     return 0
 
 

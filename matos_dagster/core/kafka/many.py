@@ -125,8 +125,6 @@ def first_timestamps(kafka: KafkaClient, starts: dict[TP, int], wait_s: float | 
                 ts_type, ts = m.timestamp()
                 out[tp] = ts if ts_type else None
                 waiting.discard(tp)
-                # One record is all we need of it: stop fetching the partition.
-                consumer.incremental_unassign([TopicPartition(*tp)])
         return out
     finally:
         consumer.close()

@@ -49,5 +49,5 @@ def test_the_first_waiting_records_timestamp_of_each_partition_or_none_where_not
     produce(kafka, a, [(None, b"x", None, 0)], timestamp=1_000)
     produce(kafka, a, [(None, b"x", None, 0)], timestamp=2_000)
     produce(kafka, a, [(None, b"x", None, 1)], timestamp=3_000)
-    got = many.first_timestamps(kafka, {(a, 0): 1, (a, 1): 0, (a, 2): 0}, wait_s=5)
+    got = many.first_timestamps(kafka, {(a, 0): 1, (a, 1): 0, (a, 2): 0})
     assert got == {(a, 0): 2_000, (a, 1): 3_000, (a, 2): None}
