@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="seconds of one busy topic at 1,000 records/s, latency to its manifests (0: skip)")
     p.add_argument("--out", default=".bench")
     a = p.parse_args(argv)
-    out = Path(a.out)
+    out = Path(a.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     results = []
     for n in [int(x) for x in a.partitions.split(",")]:
