@@ -17,6 +17,7 @@ from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
 from matos_dagster.core.offsets.ranges import MalformedKey, OffsetRange, parse_key
 from matos_dagster.core.runs import heartbeat, turns
 from matos_dagster.dead_runs import waits_for
+from matos_dagster.names import ARCHIVE_TAG, DEFAULT, Names
 
 # Run tags: a range readable at a glance in the Runs list, and the turn-taking of core/runs/turns.py.
 TOPIC_PARTITION_TAG = "matos/topic_partition"
@@ -35,8 +36,9 @@ def where(r: OffsetRange) -> str:
 
 
 def batch_ranges(run: DagsterRun) -> list[OffsetRange]:
-    """The ranges a batch run archives, from its run config."""
-    keys = (run.run_config or {}).get("ops", {}).get(BATCH_OP, {}).get("config", {}).get("ranges", [])
+    """The ranges a batch run archives, from its run config (its op is named for its archive)."""
+    op = Names(run.tags.get(ARCHIVE_TAG, "")).of(BATCH_OP)
+    keys = (run.run_config or {}).get("ops", {}).get(op, {}).get("config", {}).get("ranges", [])
     out = []
     for key in keys:
         try:
@@ -54,14 +56,15 @@ def claim(instance: DagsterInstance, run_id: str, tags: dict[str, str] | None = 
 
 
 def ahead_of(instance: DagsterInstance, mine: turns.Claim, wheres: set[str],
-             thresholds: heartbeat.Thresholds) -> dict[str, DagsterRun]:
-    """The partitions of `wheres` that a going run with an earlier claim archives, and that run."""
+             thresholds: heartbeat.Thresholds, names: Names = DEFAULT) -> dict[str, DagsterRun]:
+    """The partitions of `wheres` that a going run of the archive `names` with an earlier claim
+    archives, and that run."""
     runs = list(instance.get_runs(filters=RunsFilter(tags={TOPIC_PARTITION_TAG: sorted(wheres)}, statuses=GOING)))
     runs += instance.get_runs(filters=RunsFilter(tags={BATCH_TAG: "true"}, statuses=GOING))
     out: dict[str, DagsterRun] = {}
     for run in runs:
         # A dead run (no heartbeat for MATOS_DEAD_RUN_AFTER_S) is not waited for: the lag sensor fails it.
-        if run.run_id == mine.run_id or not waits_for(run.tags, thresholds):
+        if run.run_id == mine.run_id or not waits_for(run.tags, thresholds) or not names.owns(run):
             continue
         other = turns.Claim.from_tag(run.tags.get(CLAIM_TAG, ""), run.run_id)
         if not turns.ahead(mine, [other]):
@@ -76,16 +79,17 @@ def ahead_of(instance: DagsterInstance, mine: turns.Claim, wheres: set[str],
 
 def wait_for_turns(instance: DagsterInstance, mine: turns.Claim, wheres: set[str], say: Callable[[str], None],
                    thresholds: heartbeat.Thresholds, poll_s: float = 1.0,
-                   free: Callable[[set[str]], None] | None = None) -> float:
+                   free: Callable[[set[str]], None] | None = None, names: Names = DEFAULT) -> float:
     """Wait until no run with an earlier claim archives in any of `wheres`; the seconds waited.
 
     `free`: called with the partitions whose turn has come, as soon as some have (a batch run
     archives those while it waits for the others); without it, the wait is for all of them.
+    `names`: the archive of this run; another archive's runs (its own Kafka) are not waited for.
     """
     began, told = time.monotonic(), set()
     waiting = set(wheres)
     while True:
-        busy = ahead_of(instance, mine, waiting, thresholds)
+        busy = ahead_of(instance, mine, waiting, thresholds, names)
         ready = waiting - set(busy)
         if ready and free is not None:
             free(ready)
@@ -116,9 +120,9 @@ def started_by(tags: dict) -> str:
     return "launched from the UI, the CLI or Python"
 
 
-def going_elsewhere(instance: DagsterInstance, sensor: str) -> Iterable[DagsterRun]:
-    """The going runs (queued ones too) that `sensor` did not request."""
+def going_elsewhere(instance: DagsterInstance, sensor: str, names: Names = DEFAULT) -> Iterable[DagsterRun]:
+    """The going runs (queued ones too) of the archive `names` that `sensor` did not request."""
     statuses = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, *GOING]
     for run in instance.get_runs(filters=RunsFilter(statuses=statuses)):
-        if run.tags.get("dagster/sensor_name") != sensor:
+        if run.tags.get("dagster/sensor_name") != sensor and names.owns(run):
             yield run

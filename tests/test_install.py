@@ -1,5 +1,6 @@
 """matos-dagster installed as a user installs it: `python -m build` makes a wheel and an sdist, and
-the wheel goes into a fresh virtualenv outside the repository with pip (not editable).
+the wheel goes into a fresh virtualenv outside the repository with pip (not editable); then used
+as a user does in a Dagster project of their own, made by `create-dagster`, with `dg`.
 
 The build compiles the native slice reader into the wheel where librdkafka's header is (setup.py);
 the fresh virtualenv loads it against its own confluent-kafka. pip takes the dependencies from its
@@ -9,16 +10,25 @@ unpacking of the wheels.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tarfile
+import time
 import tomllib
+import uuid
 import zipfile
 from pathlib import Path
 
 import pytest
+import yaml
+from dagster import AssetKey, DagsterInstance
+from helpers import check_archive, produce
+
+from matos_dagster.core.offsets.ranges import OffsetRange
+from matos_dagster.resources import SwiftResource
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNTIME = ROOT / "matos_dagster"
@@ -80,13 +90,22 @@ def test_the_sdist_holds_the_sources_the_build_and_the_files_a_deployment_starts
     assert not [n for n in names if n.startswith(("tests/", "dev/", ".devstack"))]
 
 
-def test_the_wheel_installs_with_pip_into_a_fresh_virtualenv_outside_the_repository(dist, tmp_path):
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+def pip_install(venv: Path, *args: str) -> None:
     p = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--quiet",
-                        "--no-compile", "--disable-pip-version-check", str(dist["wheel"])],
-                       capture_output=True, text=True, timeout=900)
+                        "--no-compile", "--disable-pip-version-check", *args], capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def venv(dist, tmp_path_factory) -> Path:
+    """A fresh virtualenv outside the repository, with the wheel installed by pip."""
+    venv = tmp_path_factory.mktemp("installed") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    pip_install(venv, str(dist["wheel"]))
+    return venv
+
+
+def test_the_wheel_installs_with_pip_into_a_fresh_virtualenv_outside_the_repository(dist, venv, tmp_path):
     (tmp_path / "topics.yaml").write_text("topics:\n  - name: orders\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MATOS_", "DAGSTER_", "PYTHON"))}
     env.update(MATOS_TOPICS_FILE=str(tmp_path / "topics.yaml"), DAGSTER_HOME=str(tmp_path / "home"))
@@ -110,3 +129,88 @@ def test_the_wheel_installs_with_pip_into_a_fresh_virtualenv_outside_the_reposit
     assert made.returncode == 0 and "Dagster instance ready" in made.stdout, made.stdout + made.stderr
     assert "MatosInstance" in (tmp_path / "home" / "dagster.yaml").read_text()
     assert (tmp_path / "home" / "history" / "runs.db").is_file()
+
+
+USER_ASSET = """
+import dagster as dg
+from matos_dagster.core.days.read import read_window
+
+
+@dg.asset(partitions_def=dg.DailyPartitionsDefinition(start_date="2024-01-01", timezone="UTC"),
+          deps=[dg.AssetKey(["eu", "days_{asset}"])], required_resource_keys={{"eu_swift"}})
+def {asset}_of_the_day(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+    with context.resources.eu_swift.store() as store:
+        records = read_window(store, store.params.prefix, "{topic}", context.partition_key)
+    return dg.MaterializeResult(metadata={{"records": records.num_rows}})
+"""
+DAY_MS = 86_400_000
+
+
+def test_a_users_dg_project_archives_two_topics_with_the_component_and_its_own_asset_reads_a_day(
+        venv, tmp_path, kafka, kafka_server, swift_server, connect_server):
+    """As a user does: a new project (create-dagster), matos-dagster installed from the wheel into its
+    virtualenv, the component scaffolded twice (two archives side by side) and set to two topics of
+    the test stack, `dg check defs`, a range archived with `dg launch`, then the user's own asset on
+    a day of the archive."""
+    topics = [f"shop-{uuid.uuid4().hex[:6]}" for _ in range(2)]
+    asset = topics[0].replace("-", "_")
+    container = f"user-{uuid.uuid4().hex[:8]}"
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MATOS_", "DAGSTER_", "PYTHON", "VIRTUAL_ENV"))}
+    env.update(VIRTUAL_ENV=str(venv), PATH=f"{venv / 'bin'}:{env['PATH']}", DAGSTER_HOME=str(home),
+               DAGSTER_DG_UPDATE_CHECK_ENABLED="0", COLUMNS="200",  # create-dagster: no look at PyPI
+               KAFKA_BOOTSTRAP_SERVERS=kafka_server.bootstrap_servers, SWIFT_AUTH_URL=swift_server.auth_url,
+               SWIFT_USER=swift_server.user, SWIFT_KEY=swift_server.key, SPARK_MASTER=connect_server.url)
+    project = tmp_path / "shop"
+    took = {}
+
+    def run(*args: str, cwd: Path = project) -> str:
+        began = time.monotonic()
+        p = subprocess.run(list(args), cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+        took[" ".join(args[:3])] = round(time.monotonic() - began, 1)
+        said = p.stdout + p.stderr
+        assert p.returncode == 0, "\n".join([line for line in said.splitlines() if "ERROR" in line or "Failure" in line]
+                                            + [said[-3000:]])
+        return said
+
+    run(str(Path(sys.executable).parent / "create-dagster"), "project", "--no-uv-sync", str(project), cwd=tmp_path)
+    pip_install(venv, "--no-deps", "--editable", str(project))  # the user's own package, as `uv sync` makes it
+    defs = project / "src" / "shop" / "defs"
+    # Found through the package's entry point: a package without it has nothing to list or scaffold.
+    assert "matos_dagster.KafkaArchive" in run("dg", "list", "components")
+    run("dg", "scaffold", "defs", "matos_dagster.KafkaArchive", "eu")
+    run("dg", "scaffold", "defs", "matos_dagster.KafkaArchive", "us")
+    for name in ("eu", "us"):
+        doc = yaml.safe_load((defs / name / "defs.yaml").read_text())
+        assert doc["attributes"]["name"] == name
+        doc["attributes"]["topics"] = [{"name": t} for t in topics]
+        doc["attributes"]["swift"]["container"] = f"{container}-{name}"
+        (defs / name / "defs.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    (defs / f"{asset}_of_the_day.py").write_text(USER_ASSET.format(asset=asset, topic=topics[0]))
+    assert "All definitions loaded successfully." in run("dg", "check", "defs")
+
+    # Records of the day before yesterday (within Kafka's retention), and one of the next day: the day
+    # is complete once they are archived.
+    day_ms = int(time.time() * 1000) // DAY_MS * DAY_MS - 2 * DAY_MS
+    day = time.strftime("%Y-%m-%d", time.gmtime(day_ms / 1000))
+    kafka.create_topic(topics[0], 1)
+    produce(kafka, topics[0], [(b"k", f"v{i}".encode(), []) for i in range(20)], timestamp=day_ms + 3_600_000)
+    produce(kafka, topics[0], [(b"k", b"next day", [])], timestamp=day_ms + DAY_MS + 3_600_000)
+    key = OffsetRange(topics[0], 0, 0, 21).key
+    run("dg", "launch", "--job", "eu_add_ranges",
+        "--config-json", json.dumps({"ops": {"eu_add_range_keys": {"config": {"topic": topics[0]}}}}))
+    run("dg", "launch", "--job", "eu_archive_ranges",
+        "--config-json", json.dumps({"ops": {"eu_archive_batch": {"config": {"ranges": [key]}}}}))
+    swift = SwiftResource(auth_url=swift_server.auth_url, user=swift_server.user, key=swift_server.key,
+                          container=f"{container}-eu")
+    with swift.store() as store:
+        assert check_archive(kafka, store, topics[0], "matos-archiver") == {0: 21}
+    # The days sensor's evaluation (the daemon's, here one tick by hand) finds the day complete.
+    run("dagster", "sensor", "preview", "eu_days", "-m", "shop.definitions")
+    run("dg", "launch", "--assets", f"eu/days_{asset},{asset}_of_the_day", "--partition", day)
+    with DagsterInstance.from_config(str(home)) as instance:
+        (record,) = instance.fetch_materializations(AssetKey(f"{asset}_of_the_day"), limit=1).records
+    assert record.asset_materialization.partition == day
+    assert record.asset_materialization.metadata["records"].value == 20
+    print(f"user's project steps, seconds: {took}")

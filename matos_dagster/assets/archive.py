@@ -21,7 +21,7 @@ from matos_dagster.core.runs import turns as core_turns
 from matos_dagster.core.schemas import typed
 from matos_dagster.core.topics import TopicConfig
 from matos_dagster.dead_runs import beating
-from matos_dagster.resources import KafkaResource, SparkResource, SwiftResource
+from matos_dagster.names import DEFAULT, Names
 from matos_dagster.turns import CLAIM_TAG, RANGE_TAG, TOPIC_PARTITION_TAG, claim, wait_for_turns, where
 
 __all__ = ["CLAIM_TAG", "RANGE_TAG", "TOPIC_PARTITION_TAG", "archive_asset", "claim_turn", "metadata", "ranges_partitions",
@@ -29,25 +29,26 @@ __all__ = ["CLAIM_TAG", "RANGE_TAG", "TOPIC_PARTITION_TAG", "archive_asset", "cl
 
 
 
-def ranges_partitions(topic: TopicConfig) -> DynamicPartitionsDefinition:
-    return DynamicPartitionsDefinition(name=topic.partitions_name)
+def ranges_partitions(topic: TopicConfig, names: Names = DEFAULT) -> DynamicPartitionsDefinition:
+    return DynamicPartitionsDefinition(name=names.partitions(topic))
 
 
-def archive_asset(topic: TopicConfig) -> AssetsDefinition:
+def archive_asset(topic: TopicConfig, names: Names = DEFAULT, group: str = "archive") -> AssetsDefinition:
     @asset(
         name=topic.asset_name,
-        partitions_def=ranges_partitions(topic),
-        group_name="archive",
+        key_prefix=names.key_prefix,
+        partitions_def=ranges_partitions(topic, names),
+        group_name=group,
         kinds={"kafka", "swift", "spark"},
         description=(
             f"Kafka topic `{topic.name}` archived into Swift as {topic.format}, one offset range a "
             f"partition. Partition keys: `{KEY_FORM}`, half-open `[start, end)`."
         ),
         metadata={"topic": topic.name, "consumer_group": topic.group, "format": topic.format},
+        required_resource_keys=names.keys("kafka", "swift", "spark"),
     )
-    def _archive(
-        context: AssetExecutionContext, kafka: KafkaResource, swift: SwiftResource, spark: SparkResource
-    ) -> MaterializeResult:
+    def _archive(context: AssetExecutionContext) -> MaterializeResult:
+        kafka, swift, spark = names.resources(context, "kafka", "swift", "spark")
         r = parse_key(context.partition_key)
         # The heartbeat tells a dead run from a slow one (dead_runs.py): it beats from its own
         # thread through the wait for a turn and the archiving, until the body returns.
@@ -55,13 +56,13 @@ def archive_asset(topic: TopicConfig) -> AssetsDefinition:
         # The claim first, then the heartbeat: Dagster's add_run_tags rewrites the run's whole tag
         # set from what it read, so a beat written meanwhile from the other thread could drop the
         # claim, and another run would not wait for this one.
-        mine = claim_turn(context.instance, context.run.run_id, r)
+        mine = claim_turn(context.instance, context.run.run_id, r, names)
         with beating(context.instance, context.run.run_id, thresholds, context.log.warning):
             return _archive_in_turn(context, r, kafka, swift, spark, thresholds, mine)
 
     def _archive_in_turn(context, r, kafka, swift, spark, thresholds, mine) -> MaterializeResult:
         waited = take_turn(context.instance, context.run.run_id, r, say=context.log.info, thresholds=thresholds,
-                           mine=mine)
+                           mine=mine, names=names)
         # The run's questions to Kafka (check, plan, each range's, the commits) on kept clients.
         with kafka.kept_clients(), swift.store() as store:
             # Kafka is asked once a run for the partition and its committed offset: the walk's plan and
@@ -75,7 +76,7 @@ def archive_asset(topic: TopicConfig) -> AssetsDefinition:
 
             # The pending ranges below this one first, in offset order (offset_order.py).
             def keys():
-                return context.instance.get_dynamic_partitions(topic.partitions_name)
+                return context.instance.get_dynamic_partitions(names.partitions(topic))
 
             first = offset_order.archive_first(r, offset_order.plan(r, topic, kafka, store, keys, checked.committed),
                                                archive, (RangeRefused, DataLoss), context.log.info, context.log.warning)
@@ -129,14 +130,15 @@ def table_metadata(t: TableState) -> dict:
     return meta
 
 
-def claim_turn(instance: DagsterInstance, run_id: str, r: OffsetRange) -> core_turns.Claim:
+def claim_turn(instance: DagsterInstance, run_id: str, r: OffsetRange, names: Names = DEFAULT) -> core_turns.Claim:
     """Claim `r`'s topic partition for this run: the run tags other runs wait on (turns.py)."""
     w = where(r)
-    return claim(instance, run_id, {TOPIC_PARTITION_TAG: w, RANGE_TAG: f"{w} [{r.start}, {r.end})"})
+    return claim(instance, run_id, {TOPIC_PARTITION_TAG: w, RANGE_TAG: f"{w} [{r.start}, {r.end})", **names.run_tags})
 
 
 def take_turn(instance: DagsterInstance, run_id: str, r: OffsetRange, say, poll_s: float = 1.0,
-              thresholds: heartbeat.Thresholds | None = None, mine: core_turns.Claim | None = None) -> float:
+              thresholds: heartbeat.Thresholds | None = None, mine: core_turns.Claim | None = None,
+              names: Names = DEFAULT) -> float:
     """Wait until no other run is archiving in `r`'s topic partition (turns.py); the seconds waited.
 
     `mine`: this run's claim (claim_turn), made here if not given. The run that waited then
@@ -144,8 +146,8 @@ def take_turn(instance: DagsterInstance, run_id: str, r: OffsetRange, say, poll_
     committed past it), only verifies it (archive.archived_and_committed).
     """
     thresholds = thresholds or heartbeat.Thresholds.from_settings()
-    mine = mine or claim_turn(instance, run_id, r)
-    return wait_for_turns(instance, mine, {where(r)}, say, thresholds, poll_s)
+    mine = mine or claim_turn(instance, run_id, r, names)
+    return wait_for_turns(instance, mine, {where(r)}, say, thresholds, poll_s, names=names)
 
 
 def metadata(done: Archived, location: str, now: float | None = None) -> dict:

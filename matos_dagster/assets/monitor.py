@@ -17,7 +17,6 @@ from dagster import (
     AssetCheckResult,
     AssetChecksDefinition,
     AssetCheckSeverity,
-    AssetKey,
     AssetSelection,
     DagsterInstance,
     MetadataValue,
@@ -26,6 +25,7 @@ from dagster import (
     TableSchema,
     asset_check,
     define_asset_job,
+    in_process_executor,
 )
 
 from matos_dagster.core.kafka import many
@@ -36,6 +36,7 @@ from matos_dagster.core.swift import layout
 from matos_dagster.core.swift.store import Store
 from matos_dagster.core.topics import TopicConfig
 from matos_dagster.dagster_compat import AssetCheckExecutionRecordStatus
+from matos_dagster.names import DEFAULT, Names
 from matos_dagster.resources import KafkaResource, SwiftResource
 
 CHECK_NAME = "monitor"
@@ -63,30 +64,33 @@ _COLUMNS = TableSchema(
 )
 
 
-def check_key(topic: TopicConfig) -> AssetCheckKey:
-    return AssetCheckKey(AssetKey(topic.asset_name), CHECK_NAME)
+def check_key(topic: TopicConfig, names: Names = DEFAULT) -> AssetCheckKey:
+    return AssetCheckKey(names.asset_key(topic), CHECK_NAME)
 
 
-def monitor_check(topic: TopicConfig) -> AssetChecksDefinition:
+def monitor_check(topic: TopicConfig, names: Names = DEFAULT) -> AssetChecksDefinition:
     @asset_check(
-        asset=AssetKey(topic.asset_name),
+        asset=names.asset_key(topic),
         name=CHECK_NAME,
         blocking=False,
+        required_resource_keys=names.keys("kafka", "swift"),
         description=(
             f"Per partition of `{topic.name}`: offsets, archived high-water mark, lag, gaps, overlaps, "
             "data loss. OK, WARN (lag high and not shrinking) or ERROR (gap, overlap, loss, stall)."
         ),
     )
-    def _monitor(context: AssetCheckExecutionContext, kafka: KafkaResource, swift: SwiftResource) -> AssetCheckResult:
-        (e,) = evaluate(context.instance, kafka, swift, [topic]).evaluations
+    def _monitor(context: AssetCheckExecutionContext) -> AssetCheckResult:
+        kafka, swift = names.resources(context, "kafka", "swift")
+        (e,) = evaluate(context.instance, kafka, swift, [topic], names=names).evaluations
         return AssetCheckResult(passed=e.passed, severity=e.severity, description=e.description, metadata=e.metadata)
 
     return _monitor
 
 
-def monitor_job(checks: Sequence[AssetChecksDefinition]):
+def monitor_job(checks: Sequence[AssetChecksDefinition], names: Names = DEFAULT):
     """Every topic's check in one run, for whoever wants them now; the sensor needs no run."""
-    return define_asset_job(MONITOR_JOB, selection=AssetSelection.checks(*checks),
+    return define_asset_job(names.of(MONITOR_JOB), selection=AssetSelection.checks(*checks),
+                            executor_def=in_process_executor, tags=names.run_tags,
                             description="Evaluates every topic's monitor check now (the monitor sensor does "
                             "it without a run).")
 
@@ -104,14 +108,15 @@ class Evaluated:
 
 def evaluate(instance: DagsterInstance, kafka: KafkaResource, swift: SwiftResource, topics: Sequence[TopicConfig],
              listing: dict[str, list[int]] | None = None, max_age_s: float | None = None,
-             deadline: float | None = None, offsets: dict[str, dict[int, verdict.Offsets]] | None = None) -> Evaluated:
+             deadline: float | None = None, offsets: dict[str, dict[int, verdict.Offsets]] | None = None,
+             names: Names = DEFAULT) -> Evaluated:
     """The monitor's verdict of each topic that is due, as check evaluations, stalest first.
 
     `listing`: the cluster's topics (many.topics), if the caller has it; a topic missing from it
     gets a verdict saying so. `max_age_s`: evaluate only topics whose verdict is this old or whose
     committed offsets moved since (None: every topic). `deadline` (time.monotonic()): no topic is
     begun after it, though at least one is; the others are left for the next call. `offsets`: the
-    topics' (verdict.kafka_offsets), if the caller has them.
+    topics' (verdict.kafka_offsets), if the caller has them. `names`: the archive's (its check keys).
     """
     now = time.time()
     out = Evaluated()
@@ -119,7 +124,7 @@ def evaluate(instance: DagsterInstance, kafka: KafkaResource, swift: SwiftResour
     with kafka.kept_clients():  # one admin and one consumer per group for every question
         listing = many.topics(kafka) if listing is None else listing
         offsets = verdict.kafka_offsets(kafka, list(topics), listing) if offsets is None else offsets
-        previous = read_previous(instance, topics)
+        previous = read_previous(instance, topics, names)
         order = []
         for t in topics:
             prev = previous.get(t.name, NEVER)
@@ -148,7 +153,7 @@ def evaluate(instance: DagsterInstance, kafka: KafkaResource, swift: SwiftResour
             else:
                 v = verdict.judge(t, offsets[name], oldest.get(name, {}), prev, where[name], _prefix(params.prefix, t),
                                   store, now)
-            out.evaluations.append(check_evaluation(v))
+            out.evaluations.append(check_evaluation(v, names))
     finally:
         store.close()
     made = {name: now for name in out.due if name not in out.left}
@@ -156,9 +161,10 @@ def evaluate(instance: DagsterInstance, kafka: KafkaResource, swift: SwiftResour
     return out
 
 
-def read_previous(instance: DagsterInstance, topics: Sequence[TopicConfig]) -> dict[str, Previous]:
+def read_previous(instance: DagsterInstance, topics: Sequence[TopicConfig],
+                  names: Names = DEFAULT) -> dict[str, Previous]:
     """Each topic's last verdict, from one query of the latest executions of their checks."""
-    keys = {check_key(t): t.name for t in topics}
+    keys = {check_key(t, names): t.name for t in topics}
     latest = instance.event_log_storage.get_latest_asset_check_execution_by_key(list(keys))
     out = {}
     for key, name in keys.items():
@@ -172,10 +178,10 @@ def read_previous(instance: DagsterInstance, topics: Sequence[TopicConfig]) -> d
     return out
 
 
-def check_evaluation(v: Verdict) -> AssetCheckEvaluation:
+def check_evaluation(v: Verdict, names: Names = DEFAULT) -> AssetCheckEvaluation:
     """The verdict as Dagster shows it: a status, a description, a row per partition, and what the
     next verdict takes from it (`samples`, `archive_state`)."""
-    key = check_key(v.topic)
+    key = check_key(v.topic, names)
     handed_on = {"samples": MetadataValue.json(v.samples), "archive_state": MetadataValue.json(v.state)}
     if v.missing:
         return AssetCheckEvaluation(

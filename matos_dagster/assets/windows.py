@@ -15,7 +15,6 @@ records straight from the ranges the record names.
 import pyarrow.compute as pc
 from dagster import (
     AssetExecutionContext,
-    AssetKey,
     AssetSelection,
     AutomationCondition,
     AutomationConditionSensorDefinition,
@@ -38,7 +37,7 @@ from matos_dagster.core.days.completeness import Rules
 from matos_dagster.core.days.read import WindowNotComplete, read_window, window_record
 from matos_dagster.core.swift import layout
 from matos_dagster.core.topics import TopicConfig
-from matos_dagster.resources import SwiftResource
+from matos_dagster.names import DEFAULT, Names
 
 _COLUMNS = TableSchema(columns=[
     TableColumn("partition", "int"), TableColumn("records", "int"), TableColumn("bytes", "int"),
@@ -59,17 +58,19 @@ def rules(topic: TopicConfig) -> Rules:
                  first_ms=windows.parse(topic.windows_start, windows.DAY_MS)[0])
 
 
-def windows_asset(topic: TopicConfig):
+def windows_asset(topic: TopicConfig, names: Names = DEFAULT):
     @asset(
         name=topic.windows_asset_name,
+        key_prefix=names.key_prefix,
         partitions_def=windows_partitions(topic),
-        group_name=GROUP,
+        group_name=names.of(GROUP),
+        required_resource_keys=names.keys("swift"),
         description=(f"The {topic.time_window}s of `{topic.name}` (records' timestamps, UTC) that are completely "
                      "archived: a partition is materialised when its window is complete, and again when late "
                      "records of it are archived."),
     )
-    def _window(context: AssetExecutionContext, swift: SwiftResource) -> MaterializeResult:
-        with swift.store() as store:
+    def _window(context: AssetExecutionContext) -> MaterializeResult:
+        with names.resource(context, "swift").store() as store:
             prefix = layout.join(store.params.prefix, topic.prefix)
             try:
                 doc = window_record(store, prefix, topic.name, context.partition_key)
@@ -106,18 +107,20 @@ def window_result(doc: dict) -> MaterializeResult:
 GROUP = "event_time"
 
 
-def windows_automation(interval_s: int) -> AutomationConditionSensorDefinition:
+def windows_automation(interval_s: int, names: Names = DEFAULT) -> AutomationConditionSensorDefinition:
     """Evaluates the automation conditions of the `event_time` group (the summaries, and a user's own
     assets placed in it), running by default: Dagster's own default automation sensor starts stopped,
-    and what depends on a day should run when the day completes without anyone turning it on."""
+    and what depends on a day should run when the day completes without anyone turning it on. A
+    named archive's group is `<name>_event_time`: an asset may have one automation sensor only."""
+    group = names.of(GROUP)
     return AutomationConditionSensorDefinition(
-        "event_time_automation", target=AssetSelection.groups(GROUP), default_status=DefaultSensorStatus.RUNNING,
-        minimum_interval_seconds=interval_s,
-        description=f"Runs the assets of group `{GROUP}` whose automation condition asks for it (what depends on "
+        names.of("event_time_automation"), target=AssetSelection.groups(group),
+        default_status=DefaultSensorStatus.RUNNING, minimum_interval_seconds=interval_s,
+        description=f"Runs the assets of group `{group}` whose automation condition asks for it (what depends on "
                     "a day, when the day completes or changes).")
 
 
-def summary_asset(topic: TopicConfig):
+def summary_asset(topic: TopicConfig, names: Names = DEFAULT):
     """An example of a user's own asset on a day, deployed for a topic with `windows_summary: true`:
     it depends on the day and runs when it is complete (or changes), reading the day's records
     directly (all of them into memory: an example, not a tool for a large day)."""
@@ -125,16 +128,18 @@ def summary_asset(topic: TopicConfig):
 
     @asset(
         name=name,
+        key_prefix=names.key_prefix,
         partitions_def=windows_partitions(topic),
-        deps=[AssetKey(topic.windows_asset_name)],
+        deps=[names.windows_key(topic)],
         # Eager, for every day and not only the latest: a late record gives an older day a new version.
         automation_condition=AutomationCondition.eager().without(AutomationCondition.in_latest_time_window()),
-        group_name=GROUP,
+        group_name=names.of(GROUP),
         description=f"Per {topic.time_window} of `{topic.name}`: records, bytes and keys, read from the archive "
                     "once the window is complete (an example of depending on a window).",
+        required_resource_keys=names.keys("swift"),
     )
-    def _summary(context: AssetExecutionContext, swift: SwiftResource) -> MaterializeResult:
-        with swift.store() as store:
+    def _summary(context: AssetExecutionContext) -> MaterializeResult:
+        with names.resource(context, "swift").store() as store:
             prefix = layout.join(store.params.prefix, topic.prefix)
             table = read_window(store, prefix, topic.name, context.partition_key)
         keys = table["key"].unique() if table.num_rows else []

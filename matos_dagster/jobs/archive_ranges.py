@@ -26,6 +26,7 @@ from dagster import (
     JobDefinition,
     MetadataValue,
     OpExecutionContext,
+    in_process_executor,
     job,
     op,
 )
@@ -37,7 +38,7 @@ from matos_dagster.core.offsets.ranges import MalformedKey, OffsetRange, parse_k
 from matos_dagster.core.runs import heartbeat
 from matos_dagster.core.topic_set import not_found
 from matos_dagster.dead_runs import beating
-from matos_dagster.resources import KafkaResource, SparkResource, SwiftResource
+from matos_dagster.names import DEFAULT, Names
 from matos_dagster.turns import BATCH_OP, BATCH_TAG, claim, wait_for_turns, where
 
 JOB = "archive_ranges"
@@ -48,12 +49,13 @@ class RangesConfig(Config):
                               "topics of the topics file; each must be added to its topic's asset already.")
 
 
-def archive_ranges_job(topics) -> JobDefinition:
+def archive_ranges_job(topics, names: Names = DEFAULT) -> JobDefinition:
     """`topics`: the TopicSet (named topics and patterns) whose ranges the job archives."""
 
-    @op(name=BATCH_OP, description="Archive offset ranges of many topics in one Spark job, each exactly once.")
-    def _archive(context: OpExecutionContext, config: RangesConfig, kafka: KafkaResource, swift: SwiftResource,
-                 spark: SparkResource) -> int:
+    @op(name=names.of(BATCH_OP), description="Archive offset ranges of many topics in one Spark job, each exactly once.",
+        required_resource_keys=names.keys("kafka", "swift", "spark"))
+    def _archive(context: OpExecutionContext, config: RangesConfig) -> int:
+        kafka, swift, spark = names.resources(context, "kafka", "swift", "spark")
         items, refused = [], []
         for key in dict.fromkeys(config.ranges):  # a key given twice is one range
             try:
@@ -71,7 +73,7 @@ def archive_ranges_job(topics) -> JobDefinition:
                           metadata={"refused": MetadataValue.json(refused)})
         instance, run_id = context.instance, context.run.run_id
         thresholds = heartbeat.Thresholds.from_settings()
-        mine = claim(instance, run_id, {BATCH_TAG: "true"})
+        mine = claim(instance, run_id, {BATCH_TAG: "true", **names.run_tags})
         outcomes: list[Outcome] = []
         tasks = 0
         with beating(instance, run_id, thresholds, context.log.warning), kafka.kept_clients(), \
@@ -86,11 +88,11 @@ def archive_ranges_job(topics) -> JobDefinition:
                 for note in batch.notes:
                     context.log.warning(note)
                 for o in batch.outcomes:
-                    _report(context, o, waited_s)
+                    _report(context, o, waited_s, names)
                 outcomes.extend(batch.outcomes)
 
             waited = wait_for_turns(instance, mine, {where(r) for r, _ in items}, context.log.info, thresholds,
-                                    free=archive)
+                                    free=archive, names=names)
         failed = [o for o in outcomes if not o.ok]
         done = [o for o in outcomes if o.ok]
         context.add_output_metadata({
@@ -111,7 +113,7 @@ def archive_ranges_job(topics) -> JobDefinition:
             )
         return len(done)
 
-    @job(name=JOB, tags={BATCH_TAG: "true"},
+    @job(name=names.of(JOB), tags={BATCH_TAG: "true", **names.run_tags}, executor_def=in_process_executor,
          description="Archive offset ranges of many topics in one run: what the lag sensor requests each tick.")
     def _job():
         _archive()
@@ -119,16 +121,16 @@ def archive_ranges_job(topics) -> JobDefinition:
     return _job
 
 
-def _report(context: OpExecutionContext, o: Outcome, waited_s: float) -> None:
+def _report(context: OpExecutionContext, o: Outcome, waited_s: float, names: Names) -> None:
     """An archived range as its key's materialisation of its topic's asset; else the reason, said."""
     if not o.ok:
         context.log.error(f"{o.range.key}: {o.error}")
         return
     meta = metadata(o.archived, o.location)
     meta["waited_for_other_runs_s"] = MetadataValue.float(round(waited_s, 3))
-    context.log_event(AssetMaterialization(asset_key=o.topic.asset_name, partition=o.range.key, metadata=meta))
+    context.log_event(AssetMaterialization(asset_key=names.asset_key(o.topic), partition=o.range.key, metadata=meta))
 
 
-def ranges_config(ranges: list[OffsetRange]) -> dict:
+def ranges_config(ranges: list[OffsetRange], names: Names = DEFAULT) -> dict:
     """The run config of a batch run archiving `ranges`."""
-    return {"ops": {BATCH_OP: {"config": {"ranges": [r.key for r in ranges]}}}}
+    return {"ops": {names.of(BATCH_OP): {"config": {"ranges": [r.key for r in ranges]}}}}

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from dagster import (
-    AssetKey,
     AssetRecordsFilter,
     DagsterInstance,
     DagsterRunStatus,
@@ -31,6 +30,7 @@ from dagster import (
     MetadataValue,
     OpExecutionContext,
     RunsFilter,
+    in_process_executor,
     job,
     op,
 )
@@ -38,6 +38,7 @@ from dagster import (
 from matos_dagster.core.offsets.ranges import parse_key
 from matos_dagster.core.topics import TopicConfig
 from matos_dagster.dagster_compat import backfill_status, submit_asset_backfill
+from matos_dagster.names import DEFAULT, Names
 
 JOB = "backfill"
 OP = "submit_backfill"
@@ -45,11 +46,11 @@ TOPIC_TAG = "matos/backfill_of"
 BACKFILL_TAG = "dagster/backfill"  # Dagster's tag on every run of a backfill
 
 
-def submit(instance: DagsterInstance, asset_graph, topic: TopicConfig, keys: list[str]) -> str:
+def submit(instance: DagsterInstance, asset_graph, topic: TopicConfig, keys: list[str], names: Names = DEFAULT) -> str:
     """One asset backfill of these (added) keys of `topic`'s archive asset; its id."""
     title = f"{topic.name}: {len(keys)} pending range{'s' if len(keys) != 1 else ''}"
-    return submit_asset_backfill(instance, asset_graph, AssetKey(topic.asset_name), sorted(keys),
-                                 {TOPIC_TAG: topic.name}, title)
+    return submit_asset_backfill(instance, asset_graph, names.asset_key(topic), sorted(keys),
+                                 {TOPIC_TAG: topic.name, **names.run_tags}, title)
 
 
 def daemon_running(instance: DagsterInstance) -> bool:
@@ -82,7 +83,8 @@ def wait(instance: DagsterInstance, backfill_id: str, poll_s: float = 2.0, say=p
         time.sleep(poll_s)
 
 
-def outcomes(instance: DagsterInstance, backfill_id: str, topic: TopicConfig, keys: list[str]) -> list[Outcome]:
+def outcomes(instance: DagsterInstance, backfill_id: str, topic: TopicConfig, keys: list[str],
+             names: Names = DEFAULT) -> list[Outcome]:
     """Each key's last run in the backfill, and its records if it was archived; in key order."""
     runs = instance.get_runs(filters=RunsFilter(tags={BACKFILL_TAG: backfill_id}))  # newest first
     last = {}
@@ -94,34 +96,34 @@ def outcomes(instance: DagsterInstance, backfill_id: str, topic: TopicConfig, ke
         records = None
         if run is not None and run.status == DagsterRunStatus.SUCCESS:
             found = instance.fetch_materializations(
-                AssetRecordsFilter(asset_key=AssetKey(topic.asset_name), asset_partitions=[key]), limit=1).records
+                AssetRecordsFilter(asset_key=names.asset_key(topic), asset_partitions=[key]), limit=1).records
             if found:
                 records = found[0].asset_materialization.metadata["records"].value
         out.append(Outcome(key, run.run_id if run else None, run.status.value if run else "NOT LAUNCHED", records))
     return out
 
 
-def backfill_job(topics: list[TopicConfig], add_ranges, asset_graph: Callable[[], Any]):
+def backfill_job(topics: list[TopicConfig], add_ranges, asset_graph: Callable[[], Any], names: Names = DEFAULT):
     """The UI's one launch: the `add_ranges` job's op, then one backfill of the keys it added.
 
     `asset_graph()` gives the code location's asset graph, which a backfill names: handed in by
     definitions.py, as an op run in process has no repository to ask."""
     by_name = {t.name: t for t in topics}
-    add = add_ranges.graph.node_dict["add_range_keys"].definition
+    add = add_ranges.graph.node_dict[names.of("add_range_keys")].definition
 
-    @op(name=OP, ins={"keys": In(list)}, description="Record one backfill of the added keys; the daemon runs it.")
+    @op(name=names.of(OP), ins={"keys": In(list)}, description="Record one backfill of the added keys; the daemon runs it.")
     def _submit(context: OpExecutionContext, keys: list) -> str:
         if not keys:
             context.log.info("nothing pending: no backfill")
             return ""
         topic = by_name[parse_key(keys[0]).topic]  # the op before checked the topic
-        backfill_id = submit(context.instance, asset_graph(), topic, keys)
+        backfill_id = submit(context.instance, asset_graph(), topic, keys, names)
         context.log.info(f"backfill {backfill_id}: {len(keys)} ranges of {topic.name}; progress in Runs -> Backfills")
         context.add_output_metadata({"backfill_id": backfill_id, "keys": MetadataValue.json(sorted(keys)),
                                      "count": len(keys)})
         return backfill_id
 
-    @job(name=JOB, description="Archive everything pending of a topic as one backfill (Matos' `batch -1 -1`).")
+    @job(name=names.of(JOB), tags=names.run_tags, executor_def=in_process_executor, description="Archive everything pending of a topic as one backfill (Matos' `batch -1 -1`).")
     def _job():
         _submit(add())
 

@@ -19,6 +19,7 @@ from dagster import (
     RunRequest,
     ScheduleDefinition,
     ScheduleEvaluationContext,
+    in_process_executor,
     job,
     op,
     schedule,
@@ -28,7 +29,7 @@ from pydantic import Field
 from matos_dagster.core.compact.run import Compacted, compact_topic
 from matos_dagster.core.topic_set import as_set, not_found
 from matos_dagster.core.kafka import many
-from matos_dagster.resources import KafkaResource, SparkResource, SwiftResource
+from matos_dagster.names import DEFAULT, Names
 
 TAG = "matos/compact"
 
@@ -40,13 +41,14 @@ class CompactConfig(Config):
     max_groups: int = Field(default=0, description="Groups merged per partition in this run; 0: every one due.")
 
 
-def compact_job(topics) -> JobDefinition:
+def compact_job(topics, names: Names = DEFAULT) -> JobDefinition:
     """`topics`: the topics file (a TopicSet; a list of TopicConfig for named topics only)."""
     topics = as_set(topics)
 
-    @op(name="compact_archive", description="Merge adjacent archived ranges below the committed offset into large ones.")
-    def _compact(context: OpExecutionContext, config: CompactConfig, kafka: KafkaResource, swift: SwiftResource,
-                 spark: SparkResource) -> Output[int]:
+    @op(name=names.of("compact_archive"), description="Merge adjacent archived ranges below the committed offset into large ones.",
+        required_resource_keys=names.keys("kafka", "swift", "spark"))
+    def _compact(context: OpExecutionContext, config: CompactConfig) -> Output[int]:
+        kafka, swift, spark = names.resources(context, "kafka", "swift", "spark")
         if config.max_groups < 0:
             raise Failure(f"max_groups must be 0 (every group due) or a count, got {config.max_groups}")
         if not config.topic:
@@ -75,22 +77,23 @@ def compact_job(topics) -> JobDefinition:
         total = Compacted(config.topic or "*", [p for d in dones for p in d.partitions], sum(d.duration_s for d in dones))
         return Output(total.total("ranges_merged"), metadata=metadata(total))
 
-    @job(name="compact", description="Compact a topic's archive: small ranges become large objects, exactly once.",
-         tags={"kind": "compaction"})
+    @job(name=names.of("compact"), executor_def=in_process_executor, tags={"kind": "compaction", **names.run_tags},
+         description="Compact a topic's archive: small ranges become large objects, exactly once.")
     def _job():
         _compact()
 
     return _job
 
 
-def compact_schedule(job_def: JobDefinition, cron: str) -> ScheduleDefinition:
+def compact_schedule(job_def: JobDefinition, cron: str, names: Names = DEFAULT) -> ScheduleDefinition:
     """One run for every topic: an estate of hundreds of topics must not queue a run per topic."""
-    @schedule(name="compact_schedule", job=job_def, cron_schedule=cron, default_status=DefaultScheduleStatus.RUNNING)
+    @schedule(name=names.of("compact_schedule"), job=job_def, cron_schedule=cron,
+              default_status=DefaultScheduleStatus.RUNNING)
     def _schedule(context: ScheduleEvaluationContext):
         return RunRequest(
             run_key=context.scheduled_execution_time.isoformat() if context.scheduled_execution_time else None,
-            run_config={"ops": {"compact_archive": {"config": {}}}},
-            tags={TAG: "*"},
+            run_config={"ops": {names.of("compact_archive"): {"config": {}}}},
+            tags={TAG: names.of("*")},  # one at a time per archive (dagster.yaml)
         )
 
     return _schedule

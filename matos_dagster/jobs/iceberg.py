@@ -10,7 +10,7 @@ manifests; the old table's metadata files stay in Swift, unreferenced), then che
 with the differences when the check finds any.
 """
 
-from dagster import Config, Failure, MetadataValue, OpExecutionContext, Output, job, op
+from dagster import Config, Failure, MetadataValue, OpExecutionContext, Output, in_process_executor, job, op
 from pydantic import Field
 
 from matos_dagster.core.iceberg.plan import TableError
@@ -18,7 +18,7 @@ from matos_dagster.core.iceberg.table import Tables
 from matos_dagster.core.swift import layout
 from matos_dagster.core.swift.store import Store
 from matos_dagster.core.topic_set import as_set, not_found
-from matos_dagster.resources import SwiftResource
+from matos_dagster.names import DEFAULT, Names
 
 
 class IcebergConfig(Config):
@@ -26,12 +26,14 @@ class IcebergConfig(Config):
     rebuild: bool = Field(default=False, description="Drop the table and build it again from the manifests first.")
 
 
-def iceberg_job(topics):
+def iceberg_job(topics, names: Names = DEFAULT):
     """`topics`: the topics file (a TopicSet; a list of TopicConfig for named topics only)."""
     topics = as_set(topics)
 
-    @op(name="table_from_manifests", description="Rebuild a topic's Iceberg table from its manifests, and/or check it.")
-    def _table(context: OpExecutionContext, config: IcebergConfig, swift: SwiftResource) -> Output[int]:
+    @op(name=names.of("table_from_manifests"), description="Rebuild a topic's Iceberg table from its manifests, and/or check it.",
+        required_resource_keys=names.keys("swift"))
+    def _table(context: OpExecutionContext, config: IcebergConfig) -> Output[int]:
+        swift = names.resource(context, "swift")
         topic = topics.get(config.topic)
         if topic is None:
             raise Failure(not_found(topics, config.topic))
@@ -57,7 +59,7 @@ def iceberg_job(topics):
                 **meta, "problems": MetadataValue.md("\n".join(f"- {p}" for p in report.problems[:200]))})
         return Output(report.table_records, metadata=meta)
 
-    @job(name="iceberg_table", description="Rebuild a topic's Iceberg table from the manifests (rebuild: true) "
+    @job(name=names.of("iceberg_table"), tags=names.run_tags, executor_def=in_process_executor, description="Rebuild a topic's Iceberg table from the manifests (rebuild: true) "
          "and check it against them.")
     def _job():
         _table()

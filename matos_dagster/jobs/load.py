@@ -9,9 +9,10 @@ import os
 import time
 
 from confluent_kafka import KafkaException
-from dagster import Config, MetadataValue, OpExecutionContext, Output, job, op
+from dagster import Config, JobDefinition, MetadataValue, OpExecutionContext, Output, in_process_executor, job, op
 from pydantic import Field
 
+from matos_dagster.names import DEFAULT, Names
 from matos_dagster.resources import KafkaResource
 
 
@@ -36,8 +37,18 @@ class LoadConfig(Config):
     rate: float = Field(default=0.0, description="Records per second at most (0: as fast as possible).")
 
 
-@op(description="Produce test records with an idempotent producer; report each partition's log end offset.")
-def produce(context: OpExecutionContext, config: LoadConfig, kafka: KafkaResource) -> Output[int]:
+def produce(names: Names = DEFAULT):
+    """The op producing test records to the archive's Kafka."""
+
+    @op(name=names.of("produce"), required_resource_keys=names.keys("kafka"),
+        description="Produce test records with an idempotent producer; report each partition's log end offset.")
+    def _produce(context: OpExecutionContext, config: LoadConfig) -> Output[int]:
+        return _load(context, config, names.resource(context, "kafka"))
+
+    return _produce
+
+
+def _load(context: OpExecutionContext, config: LoadConfig, kafka: KafkaResource) -> Output[int]:
     if config.count < 0 or config.value_bytes < 0:
         raise ValueError("count and value_bytes must be >= 0")
     if config.create_partitions:
@@ -123,6 +134,13 @@ def ensure_topic(kafka: KafkaResource, topic: str, partitions: int) -> None:
     kafka.create_topic(topic, partitions)
 
 
-@job(description="Produce test records to a Kafka topic (Matos' `load`).")
-def load():
-    produce()
+def load_job(names: Names = DEFAULT) -> JobDefinition:
+    @job(name=names.of("load"), tags=names.run_tags, executor_def=in_process_executor,
+         description="Produce test records to a Kafka topic (Matos' `load`).")
+    def _job():
+        produce(names)()
+
+    return _job
+
+
+load = load_job()

@@ -8,13 +8,13 @@ lost offsets in the archive (`_loss.json` beside the manifests) and commits the 
 offset past them; the sensor then goes on by itself. See matos_dagster/core/archive/loss.py.
 """
 
-from dagster import Config, Failure, MetadataValue, OpExecutionContext, Output, job, op
+from dagster import Config, Failure, MetadataValue, OpExecutionContext, Output, in_process_executor, job, op
 from pydantic import Field
 
 from matos_dagster.core.archive import loss
 from matos_dagster.core.swift import layout
 from matos_dagster.core.topic_set import as_set, not_found
-from matos_dagster.resources import KafkaResource, SwiftResource
+from matos_dagster.names import DEFAULT, Names
 
 
 class LossConfig(Config):
@@ -25,13 +25,14 @@ class LossConfig(Config):
     end: int = Field(default=-1, description="End of the lost span, exclusive; -1 (with start -1): the log start offset.")
 
 
-def acknowledge_loss_job(topics):
+def acknowledge_loss_job(topics, names: Names = DEFAULT):
     """`topics`: the topics file (a TopicSet; a list of TopicConfig for named topics only)."""
     topics = as_set(topics)
 
-    @op(name=loss.OP, description="Record deleted, unarchived offsets as lost in the archive; commit past them.")
-    def _acknowledge(context: OpExecutionContext, config: LossConfig, kafka: KafkaResource,
-                     swift: SwiftResource) -> Output[int]:
+    @op(name=names.of(loss.OP), description="Record deleted, unarchived offsets as lost in the archive; commit past them.",
+        required_resource_keys=names.keys("kafka", "swift"))
+    def _acknowledge(context: OpExecutionContext, config: LossConfig) -> Output[int]:
+        kafka, swift = names.resources(context, "kafka", "swift")
         topic = topics.get(config.topic)
         if topic is None:
             raise Failure(not_found(topics, config.topic))
@@ -54,7 +55,7 @@ def acknowledge_loss_job(topics):
             "committed_after": MetadataValue.int(-1 if done.committed_after is None else done.committed_after),
         })
 
-    @job(name=loss.JOB, description="Acknowledge a data loss: record it in the archive and go on past it.")
+    @job(name=names.of(loss.JOB), tags=names.run_tags, executor_def=in_process_executor, description="Acknowledge a data loss: record it in the archive and go on past it.")
     def _job():
         _acknowledge()
 

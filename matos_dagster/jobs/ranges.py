@@ -15,7 +15,7 @@ like any other:
 
 import sys
 
-from dagster import Config, MetadataValue, OpExecutionContext, job, op
+from dagster import Config, MetadataValue, OpExecutionContext, in_process_executor, job, op
 from pydantic import Field
 
 from matos_dagster.core.archive import loss
@@ -25,7 +25,7 @@ from matos_dagster.core.swift import layout
 from matos_dagster.core.swift.archived import PartitionArchive
 from matos_dagster.core.swift.store import Store
 from matos_dagster.core.topic_set import as_set, not_found
-from matos_dagster.resources import KafkaResource, SwiftResource
+from matos_dagster.names import DEFAULT, Names
 
 
 class RangesConfig(Config):
@@ -36,12 +36,14 @@ class RangesConfig(Config):
     end: int = Field(default=-1, description="End offset, exclusive; -1: the log end offset.")
 
 
-def add_ranges_job(topics):
+def add_ranges_job(topics, names: Names = DEFAULT):
     """`topics`: the topics file (a TopicSet; a list of TopicConfig for named topics only)."""
     topics = as_set(topics)
 
-    @op(name="add_range_keys", description="Validate [start, end) and add its ranges as partition keys.")
-    def _add(context: OpExecutionContext, config: RangesConfig, kafka: KafkaResource, swift: SwiftResource) -> list[str]:
+    @op(name=names.of("add_range_keys"), description="Validate [start, end) and add its ranges as partition keys.",
+        required_resource_keys=names.keys("kafka", "swift"))
+    def _add(context: OpExecutionContext, config: RangesConfig) -> list[str]:
+        kafka, swift = names.resources(context, "kafka", "swift")
         topic = topics.get(config.topic)
         if topic is None:
             raise ValueError(not_found(topics, config.topic))
@@ -89,7 +91,7 @@ def add_ranges_job(topics):
                 store.close()
         if not keys:
             context.log.info(f"no range added: nothing is pending in {topic.name}, partitions {chosen}")
-        context.instance.add_dynamic_partitions(topic.partitions_name, keys)
+        context.instance.add_dynamic_partitions(names.partitions(topic), keys)
         for k in keys:
             # Runnable as printed, from any folder: this Python by its full path (a README user
             # has no `dagster` on the PATH).
@@ -97,7 +99,7 @@ def add_ranges_job(topics):
         context.add_output_metadata({"keys": MetadataValue.json(keys), "count": len(keys)})
         return keys
 
-    @job(name="add_ranges", description="Add explicit offset ranges as archive partition keys (Matos' `batch`).")
+    @job(name=names.of("add_ranges"), tags=names.run_tags, executor_def=in_process_executor, description="Add explicit offset ranges as archive partition keys (Matos' `batch`).")
     def _job():
         _add()
 

@@ -17,7 +17,7 @@ come from the MATOS_TARGET_SCHEMA_REGISTRY_* settings, never from run config.
 
 from typing import Optional
 
-from dagster import Config, MetadataValue, OpExecutionContext, Output, job, op
+from dagster import Config, MetadataValue, OpExecutionContext, Output, in_process_executor, job, op
 from pydantic import Field
 
 from matos_dagster.core.restore import schema_ids
@@ -28,7 +28,7 @@ from matos_dagster.core.restore.run import Report
 from matos_dagster.core.restore.run import restore as run_restore
 from matos_dagster.core.swift import layout
 from matos_dagster.core.topics import TopicConfig
-from matos_dagster.resources import KafkaResource, SparkResource, SwiftResource
+from matos_dagster.names import DEFAULT, Names
 
 
 class RestoreConfig(Config):
@@ -73,18 +73,14 @@ def _opt(v: int) -> int | None:
     return None if v == -1 else v
 
 
-def restore_job(topics: list[TopicConfig] = ()):
+def restore_job(topics: list[TopicConfig] = (), names: Names = DEFAULT):
     prefixes = {t.name: t.prefix for t in topics}
     max_record_bytes = {t.name: t.max_record_bytes for t in topics}
 
-    @op(name="restore_records", description="Restore archived records into a Kafka topic, exactly once.")
-    def _restore(
-        context: OpExecutionContext,
-        config: RestoreConfig,
-        kafka: KafkaResource,
-        swift: SwiftResource,
-        spark: SparkResource,
-    ) -> Output[int]:
+    @op(name=names.of("restore_records"), description="Restore archived records into a Kafka topic, exactly once.",
+        required_resource_keys=names.keys("kafka", "swift", "spark"))
+    def _restore(context: OpExecutionContext, config: RestoreConfig) -> Output[int]:
+        kafka, swift, spark = names.resources(context, "kafka", "swift", "spark")
         topic_prefix = config.prefix if config.prefix is not None else prefixes.get(config.topic, "")
         with swift.store() as store:
             prefix = layout.join(store.params.prefix, topic_prefix)
@@ -121,7 +117,8 @@ def restore_job(topics: list[TopicConfig] = ()):
             report = run_restore(req, kafka, store, spark.spark_session, say=context.log.info)
         return Output(report.records, metadata=metadata(report))
 
-    @job(name="restore", description="Restore archived records from Swift into a Kafka topic, exactly once.")
+    @job(name=names.of("restore"), tags=names.run_tags, executor_def=in_process_executor,
+         description="Restore archived records from Swift into a Kafka topic, exactly once.")
     def _job():
         _restore()
 

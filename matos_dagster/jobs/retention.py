@@ -23,6 +23,7 @@ from dagster import (
     Output,
     RunsFilter,
     ScheduleDefinition,
+    in_process_executor,
     job,
     op,
 )
@@ -35,7 +36,7 @@ from matos_dagster.core.kafka import many
 from matos_dagster.core.topic_set import as_set
 from matos_dagster.core.topics import TopicConfig
 from matos_dagster.dagster_compat import PARTITION_NAME_TAG, event_log_shard
-from matos_dagster.resources import KafkaResource, SwiftResource
+from matos_dagster.names import DEFAULT, Names
 
 _FINISHED = [DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED]
 _UNFINISHED = [s for s in DagsterRunStatus if s not in _FINISHED]
@@ -57,14 +58,15 @@ class RetentionConfig(Config):
         )
 
 
-def retention_job(topics) -> JobDefinition:
+def retention_job(topics, names: Names = DEFAULT) -> JobDefinition:
     """`topics`: the topics file (a TopicSet; a list of TopicConfig for named topics only), whose
     topics are resolved against Kafka at each run: a pattern's topics are pruned too."""
     topics = as_set(topics)
 
-    @op(name="apply_retention", description="Remove old partition keys and old runs from Dagster (never from Swift).")
-    def _apply(context: OpExecutionContext, config: RetentionConfig, kafka: KafkaResource,
-               swift: SwiftResource) -> Output[int]:
+    @op(name=names.of("apply_retention"), description="Remove old partition keys and old runs from Dagster (never from Swift).",
+        required_resource_keys=names.keys("kafka", "swift"))
+    def _apply(context: OpExecutionContext, config: RetentionConfig) -> Output[int]:
+        kafka, swift = names.resources(context, "kafka", "swift")
         try:
             policy = config.policy()
         except ValueError as e:
@@ -79,7 +81,8 @@ def retention_job(topics) -> JobDefinition:
             existing = many.topics(kafka)
             # A topic deleted from Kafka keeps its keys: whether its ranges are committed cannot be asked.
             for topic in [t for t in topics.resolve(existing).topics if t.name in existing]:
-                pruned, kept = prune_keys(instance, topic, kafka, store, policy.keep_keys, in_flight, config.dry_run)
+                pruned, kept = prune_keys(instance, topic, kafka, store, policy.keep_keys, in_flight, config.dry_run,
+                                          names)
                 pruned_total += pruned
                 context.log.info(f"{topic.name}: {verb} {pruned} partition keys, {kept} kept")
                 meta[f"keys_pruned_{topic.name}"] = MetadataValue.int(pruned)
@@ -90,22 +93,22 @@ def retention_job(topics) -> JobDefinition:
         meta["keys_pruned"] = MetadataValue.int(pruned_total)
         return Output(pruned_total + deleted, metadata=meta)
 
-    @job(name="retention", description="Keep Dagster's partition keys and runs bounded; the archive in Swift stays whole.")
+    @job(name=names.of("retention"), tags=names.run_tags, executor_def=in_process_executor, description="Keep Dagster's partition keys and runs bounded; the archive in Swift stays whole.")
     def _job():
         _apply()
 
     return _job
 
 
-def retention_schedule(job_def: JobDefinition, cron: str) -> ScheduleDefinition:
-    return ScheduleDefinition(name="retention_schedule", job=job_def, cron_schedule=cron,
+def retention_schedule(job_def: JobDefinition, cron: str, names: Names = DEFAULT) -> ScheduleDefinition:
+    return ScheduleDefinition(name=names.of("retention_schedule"), job=job_def, cron_schedule=cron,
                               default_status=DefaultScheduleStatus.RUNNING)
 
 
-def prune_keys(instance: DagsterInstance, topic: TopicConfig, kafka: KafkaResource, store, keep: int,
-               in_flight: set[str], dry_run: bool) -> tuple[int, int]:
+def prune_keys(instance: DagsterInstance, topic: TopicConfig, kafka, store, keep: int,
+               in_flight: set[str], dry_run: bool, names: Names = DEFAULT) -> tuple[int, int]:
     """(keys removed, keys left) for one topic; a key goes only once its manifest is seen in Swift."""
-    keys = instance.get_dynamic_partitions(topic.partitions_name)
+    keys = instance.get_dynamic_partitions(names.partitions(topic))
     if len(keys) <= keep:
         return 0, len(keys)
     parts = kafka.partitions(topic.name)
@@ -117,7 +120,7 @@ def prune_keys(instance: DagsterInstance, topic: TopicConfig, kafka: KafkaResour
         if store.head(layout.manifest_name(prefix, r)) is None:
             continue
         if not dry_run:
-            instance.delete_dynamic_partition(topic.partitions_name, r.key)
+            instance.delete_dynamic_partition(names.partitions(topic), r.key)
         removed += 1
     return removed, len(keys) - removed
 

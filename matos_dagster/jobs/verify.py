@@ -10,14 +10,14 @@ report, when anything is wrong (an acknowledged loss is not); its metadata count
 
 from typing import Optional
 
-from dagster import Config, Failure, MetadataValue, OpExecutionContext, Output, job, op
+from dagster import Config, Failure, MetadataValue, OpExecutionContext, Output, in_process_executor, job, op
 from pydantic import Field
 
 from matos_dagster.core.swift import layout
 from matos_dagster.core.swift.store import Store
 from matos_dagster.core.topic_set import as_set, not_found
 from matos_dagster.core.verify import EVERYTHING, FROM_MARK, Report, verify_topic
-from matos_dagster.resources import KafkaResource, SwiftResource
+from matos_dagster.names import DEFAULT, Names
 
 
 class VerifyConfig(Config):
@@ -37,12 +37,14 @@ class VerifyConfig(Config):
     )
 
 
-def verify_job(topics):
+def verify_job(topics, names: Names = DEFAULT):
     """`topics`: the topics file (a TopicSet; a list of TopicConfig for named topics only)."""
     topics = as_set(topics)
 
-    @op(name="verify_archive", description="Check every manifest, object and offset of a topic's archive.")
-    def _verify(context: OpExecutionContext, config: VerifyConfig, kafka: KafkaResource, swift: SwiftResource) -> Output[int]:
+    @op(name=names.of("verify_archive"), description="Check every manifest, object and offset of a topic's archive.",
+        required_resource_keys=names.keys("kafka", "swift"))
+    def _verify(context: OpExecutionContext, config: VerifyConfig) -> Output[int]:
+        kafka, swift = names.resources(context, "kafka", "swift")
         topic = topics.get(config.topic)
         if topic is None:
             raise Failure(not_found(topics, config.topic))
@@ -64,7 +66,7 @@ def verify_job(topics):
             raise Failure(description=report.render()[:20000], metadata=meta)
         return Output(report.totals()["manifests"], metadata=meta)
 
-    @job(name="verify", description="Verify a topic's archive: gaps, overlaps, objects, checksums, records, loss.")
+    @job(name=names.of("verify"), tags=names.run_tags, executor_def=in_process_executor, description="Verify a topic's archive: gaps, overlaps, objects, checksums, records, loss.")
     def _job():
         _verify()
 

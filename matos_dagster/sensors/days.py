@@ -37,7 +37,7 @@ from matos_dagster.core.kafka import many
 from matos_dagster.core.swift import layout
 from matos_dagster.core.topic_set import TopicSet
 from matos_dagster.dagster_compat import DATA_VERSION_IS_USER_PROVIDED_TAG, DATA_VERSION_TAG
-from matos_dagster.resources import KafkaResource, SwiftResource
+from matos_dagster.names import DEFAULT, Names
 
 NAME = "days"
 BUDGET_S = 30.0
@@ -45,17 +45,19 @@ REST_S = 300.0  # a quiet topic is evaluated this often: its partitions go idle 
 
 
 def days_sensor(topics: TopicSet, tick_s: int, rest_s: float = REST_S, budget_s: float = BUDGET_S,
-                clock=time.time) -> SensorDefinition:
-    """`clock`: now, in seconds since the epoch (a test's clock in the tests)."""
+                clock=time.time, names: Names = DEFAULT) -> SensorDefinition:
+    """`clock`: now, in seconds since the epoch (a test's clock in the tests); `names`: of the archive."""
 
     @sensor(
-        name=NAME,
+        name=names.of(NAME),
         minimum_interval_seconds=tick_s,
         default_status=DefaultSensorStatus.RUNNING,
         description="Materialises each day (or hour) of every topic with event-time windows once it is completely "
                     "archived, and again when late records of it are archived, without a run.",
+        required_resource_keys=names.keys("kafka", "swift"),
     )
-    def _days(context: SensorEvaluationContext, kafka: KafkaResource, swift: SwiftResource):
+    def _days(context: SensorEvaluationContext, **_resources):  # a direct call passes them too
+        kafka, swift = names.resources(context, "kafka", "swift")
         deadline = time.monotonic() + budget_s
         cursor = json.loads(context.cursor) if context.cursor else {}
         now = clock()
@@ -81,7 +83,7 @@ def days_sensor(topics: TopicSet, tick_s: int, rest_s: float = REST_S, budget_s:
                             left.append(t.name)
                             continue
                         mine = cursor.get(t.name, {})
-                        reported = _evaluate(t, store, kafka, marks, listing, mine.get("requested", ""), now)
+                        reported = _evaluate(t, store, kafka, marks, listing, mine.get("requested", ""), now, names)
                         events += [e for e, _ in reported]
                         requested = evaluate.last_cursor([w for _, w in reported], mine.get("requested", ""))
                         cursor[t.name] = {"seen": seen[t.name], "at": now, "requested": requested}
@@ -98,7 +100,7 @@ def days_sensor(topics: TopicSet, tick_s: int, rest_s: float = REST_S, budget_s:
 
 
 def _evaluate(topic, store, kafka, marks, listing, requested: str,
-              now: float) -> list[tuple[AssetMaterialization, evaluate.Window]]:
+              now: float, names: Names) -> list[tuple[AssetMaterialization, evaluate.Window]]:
     """The topic's windows completed (or late) since its cursor, each as its materialisation."""
     prefix = layout.join(store.params.prefix, topic.prefix)
     parts = listing[topic.name]
@@ -112,7 +114,7 @@ def _evaluate(topic, store, kafka, marks, listing, requested: str,
         except WindowNotComplete:  # made anew since (a rebuilt state): the next evaluation says it again
             continue
         result = window_result(doc)
-        out.append((AssetMaterialization(asset_key=topic.windows_asset_name, partition=w.key,
+        out.append((AssetMaterialization(asset_key=names.windows_key(topic), partition=w.key,
                                          metadata=result.metadata,
                                          tags={DATA_VERSION_TAG: result.data_version.value,
                                                DATA_VERSION_IS_USER_PROVIDED_TAG: "true"}), w))

@@ -16,7 +16,6 @@ from dataclasses import replace
 
 from dagster import (
     AddDynamicPartitionsRequest,
-    AssetKey,
     DagsterEventType,
     DagsterRunStatus,
     DefaultSensorStatus,
@@ -37,7 +36,7 @@ from matos_dagster.core.runs.policy import FAILED, IN_FLIGHT, MISSING, SUCCEEDED
 from matos_dagster.dagster_compat import RUN_KEY_TAG, SENSOR_NAME_TAG
 from matos_dagster.dead_runs import fail_dead_runs
 from matos_dagster.jobs.archive_ranges import JOB, ranges_config
-from matos_dagster.resources import KafkaResource
+from matos_dagster.names import DEFAULT, Names
 from matos_dagster.turns import BATCH_TAG, batch_ranges, going_elsewhere
 
 NAME = "lag"
@@ -45,18 +44,20 @@ _FAILED = {DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
 _SUCCEEDED = {DagsterRunStatus.SUCCESS}
 
 
-def lag_sensor(topics, interval_s: int, name: str = NAME) -> SensorDefinition:
-    """`topics`: the TopicSet (named topics and patterns) to watch."""
+def lag_sensor(topics, interval_s: int, name: str = NAME, names: Names = DEFAULT) -> SensorDefinition:
+    """`topics`: the TopicSet (named topics and patterns) to watch; `names`: of the archive."""
 
     @sensor(
-        name=name,
-        job_name=JOB,
+        name=names.of(name),
+        job_name=names.of(JOB),
         minimum_interval_seconds=interval_s,
         default_status=DefaultSensorStatus.RUNNING,
         description="Requests the next offset range of every partition with new records, of every topic of "
-                    "the topics file (names and patterns), as one run of archive_ranges.",
+                    f"the topics file (names and patterns), as one run of {names.of(JOB)}.",
+        required_resource_keys=names.keys("kafka"),
     )
-    def _lag(context: SensorEvaluationContext, kafka: KafkaResource):
+    def _lag(context: SensorEvaluationContext, **_resources):  # a direct call passes them too
+        kafka = names.resource(context, "kafka")
         instance = context.instance
         states = estate.read_cursor(context.cursor)
         # First, fail the runs whose heartbeat stopped (dead_runs.py): their ranges are then FAILED
@@ -74,7 +75,7 @@ def lag_sensor(topics, interval_s: int, name: str = NAME) -> SensorDefinition:
                                                                 for p in existing[t.name]]))
         now_ms = int(time.time() * 1000)
         runs = _range_states(context, [s for s in states.values() if s.key and not s.done])
-        busy = _busy(context)
+        busy = _busy(context, names)
         by_name = {t.name: t for t in watched}
 
         # The age of the first record waiting, where the policy needs it: one fetch for all.
@@ -89,7 +90,7 @@ def lag_sensor(topics, interval_s: int, name: str = NAME) -> SensorDefinition:
         with kafka.kept_clients():
             oldest = many.first_timestamps(kafka, starts) if starts else {}
         avg_bytes = _average_record_bytes(context, {tp[0] for tp in tps if marks[tp][1] > (committed[tp] or 0)},
-                                          by_name)
+                                          by_name, names)
 
         due: list[tuple[OffsetRange, int]] = []
         reasons, new_keys = [], {}
@@ -112,7 +113,7 @@ def lag_sensor(topics, interval_s: int, name: str = NAME) -> SensorDefinition:
             if d.request is not None:
                 due.append((d.request, d.state.attempt))
                 if d.run_key == d.request.key:  # a new range, not a retry
-                    new_keys.setdefault(topic.partitions_name, []).append(d.request.key)
+                    new_keys.setdefault(names.partitions(topic), []).append(d.request.key)
                 reasons.append(f"{topic.name}/{p}: {d.reason}")
             elif d.warning or (d.state.key and not d.state.done):  # a loss, a give-up, a range in flight
                 reasons.append(f"{topic.name}/{p}: {d.reason}")
@@ -125,8 +126,8 @@ def lag_sensor(topics, interval_s: int, name: str = NAME) -> SensorDefinition:
                 tp = (r.topic, r.partition)
                 kept[tp] = replace(kept[tp], run=key)
             requests.append(RunRequest(
-                run_key=key, run_config=ranges_config([r for r, _ in batch]),
-                tags={BATCH_TAG: "true", "matos/ranges": str(len(batch)),
+                run_key=key, run_config=ranges_config([r for r, _ in batch], names),
+                tags={BATCH_TAG: "true", **names.run_tags, "matos/ranges": str(len(batch)),
                       "matos/topics": str(len({r.topic for r, _ in batch}))}))
         for line in resolved.clashes:
             context.log.warning(line)
@@ -184,22 +185,24 @@ def _materialised(context: SensorEvaluationContext, run_id: str) -> set[str]:
     return {r.event_log_entry.dagster_event.partition for r in records if r.event_log_entry.dagster_event is not None}
 
 
-def _busy(context: SensorEvaluationContext) -> dict[tuple[str, int], str]:
-    """Partitions that a going run of another origin archives (the UI, the CLI, a backfill): one query."""
+def _busy(context: SensorEvaluationContext, names: Names) -> dict[tuple[str, int], str]:
+    """Partitions that a going run of the archive of another origin archives (the UI, the CLI, a
+    backfill): one query."""
     def keys(run) -> list[str]:
         if run.tags.get(BATCH_TAG) == "true":
             return [r.key for r in batch_ranges(run)]
         return [run.tags.get("dagster/partition", "")]
 
     return turns.busy_partitions((run.run_id, keys(run)) for run in going_elsewhere(context.instance,
-                                                                                     context.sensor_name))
+                                                                                     context.sensor_name, names))
 
 
-def _average_record_bytes(context: SensorEvaluationContext, names: set[str], by_name: dict) -> dict[str, float]:
+def _average_record_bytes(context: SensorEvaluationContext, topics: set[str], by_name: dict,
+                          names: Names) -> dict[str, float]:
     """Bytes per record in each topic's latest archived range (the bytes policy's estimate): one query."""
-    if not names:
+    if not topics:
         return {}
-    keys = {AssetKey(by_name[n].asset_name): n for n in names}
+    keys = {names.asset_key(by_name[n]): n for n in topics}
     events = context.instance.get_latest_materialization_events(list(keys))
     out = {}
     for key, event in events.items():

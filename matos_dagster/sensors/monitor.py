@@ -32,7 +32,7 @@ from matos_dagster.core.kafka import many
 from matos_dagster.core.monitor import verdict
 from matos_dagster.core.topic_set import TopicSet
 from matos_dagster.dagster_compat import prune_check_history
-from matos_dagster.resources import KafkaResource, SwiftResource
+from matos_dagster.names import DEFAULT, Names
 
 NAME = "monitor"
 BUDGET_S = 30.0  # half of Dagster's sensor timeout: the rest for Kafka, Dagster and the report
@@ -43,20 +43,22 @@ PRUNE_EVERY_S = 3600  # meanwhile a topic's history grows by a few more: a query
 
 
 def monitor_sensor(topics: TopicSet, interval_s: int, tick_s: int, budget_s: float = BUDGET_S,
-                   keep: int = KEEP_VERDICTS) -> SensorDefinition:
+                   keep: int = KEEP_VERDICTS, names: Names = DEFAULT) -> SensorDefinition:
     """`interval_s`: the oldest a verdict may be; `tick_s`: seconds between ticks; `keep`: verdicts
-    kept per topic."""
+    kept per topic; `names`: of the archive."""
     # A tick early, so that the verdict is renewed before it is `interval_s` old, not after.
     max_age_s = max(0, interval_s - tick_s)
 
     @sensor(
-        name=NAME,
+        name=names.of(NAME),
         minimum_interval_seconds=tick_s,
         default_status=DefaultSensorStatus.RUNNING,
         description=f"Reports each topic's monitor check at least every {interval_s} s, and at the next tick "
         "after its committed offsets move, without a run.",
+        required_resource_keys=names.keys("kafka", "swift"),
     )
-    def _monitor(context: SensorEvaluationContext, kafka: KafkaResource, swift: SwiftResource):
+    def _monitor(context: SensorEvaluationContext, **_resources):  # a direct call passes them too
+        kafka, swift = names.resources(context, "kafka", "swift")
         deadline = time.monotonic() + budget_s
         cursor = json.loads(context.cursor) if context.cursor else {}
         with kafka.kept_clients():
@@ -71,12 +73,13 @@ def monitor_sensor(topics: TopicSet, interval_s: int, tick_s: int, budget_s: flo
                 # verdicts need not even be read.
                 return SensorResult(skip_reason=SkipReason(f"{len(resolved.topics)} topics, none due"),
                                     cursor=context.cursor)
-            done = evaluate(context.instance, kafka, swift, resolved.topics, listing, max_age_s, deadline, offsets)
+            done = evaluate(context.instance, kafka, swift, resolved.topics, listing, max_age_s, deadline, offsets,
+                            names=names)
         pruned = cursor.get("pruned", 0)
         if time.time() - pruned >= PRUNE_EVERY_S:
             # Each verdict is a row of its check's history and an event, which Dagster keeps forever;
             # the daemon records this tick's verdicts after it returns.
-            prune_check_history(context.instance, [check_key(t) for t in resolved.topics], keep - 1)
+            prune_check_history(context.instance, [check_key(t, names) for t in resolved.topics], keep - 1)
             pruned = time.time()
         why = {}
         for name, reason in done.due.items():
