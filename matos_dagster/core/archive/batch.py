@@ -112,6 +112,7 @@ class _Run:
         self.planned: list[tuple[Outcome, Planned]] = []
         self.slices: dict[int, list] = {}  # id(outcome) -> its slices' results
         self.written = 0
+        self.readers: dict[str, int] = {}  # slice reader -> ranges it read: said once a batch, not once a range
         self.lock = threading.Lock()
 
     def run(self) -> Batch:
@@ -132,6 +133,9 @@ class _Run:
             for o, p in self.planned:
                 groups.setdefault((p.range.topic, p.range.partition), []).append((o, p))
             self.stores.each(self.write, list(groups.values()))
+            for reader, n in sorted(self.readers.items()):
+                self.say(f"{n} range(s): records read by the {reader} slice reader "
+                         "(MATOS_NATIVE_READER=false turns the native one off)")
         notes = self.commit()
         elapsed = time.monotonic() - self.t0
         for o in self.outcomes:
@@ -192,8 +196,12 @@ class _Run:
             if refused or failed:
                 o.error, o.refused = (refused or failed)[0], bool(refused)
                 continue
+            objects = [e for s in slices for e in s]
+            with self.lock:
+                for reader in {e["reader"] for e in objects if "reader" in e}:
+                    self.readers[reader] = self.readers.get(reader, 0) + 1
             try:
-                o.archived = write_manifest(p, [e for s in slices for e in s], store, self.say)
+                o.archived = write_manifest(p, objects, store, self.say, say_reader=False)
             except Exception as e:  # noqa: BLE001 - no manifest: the range is not archived, a later run writes it
                 o.error = _one_line(e)
                 continue

@@ -225,12 +225,14 @@ def plan(r: OffsetRange, topic: TopicConfig, kafka: KafkaClient, store: Store, m
     return Planned(r, topic, prefix, jobs, committed, low, high, typing)
 
 
-def write_manifest(p: Planned, objects: list[dict], store: Store, say: Callable[[str], None] = log.info) -> Archived:
+def write_manifest(p: Planned, objects: list[dict], store: Store, say: Callable[[str], None] = log.info,
+                   say_reader: bool = True) -> Archived:
     """Step 3 for a planned range whose tasks wrote `objects`: its schemas, then its manifest, then
-    the removal of what an earlier attempt left. The range is archived; nothing is committed here."""
+    the removal of what an earlier attempt left. The range is archived; nothing is committed here.
+    `say_reader`: say which slice reader read the range (a batch says it once for all its ranges)."""
     r = p.range
     reader = ", ".join(sorted({o.pop("reader") for o in objects if "reader" in o}))
-    if reader:
+    if reader and say_reader:
         say(f"{r}: records read by the {reader} slice reader (MATOS_NATIVE_READER=false turns the native one off)")
     faults.at("after-objects")
 

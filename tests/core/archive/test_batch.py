@@ -25,8 +25,9 @@ def test_ranges_of_several_topics_and_partitions_are_archived_and_committed_each
     ca, cb = config(a, slice_records=8), config(b)
     items = [(OffsetRange(a, p, 0, 30), ca) for p in (0, 1)] + \
             [(OffsetRange(b, 0, 0, 30), cb), (OffsetRange(b, 1, 7, 30), cb), (OffsetRange(b, 2, 0, 30), cb)]
+    said = []
     with swift.store() as store:
-        done = archive_batch(items, kafka, store, spark)
+        done = archive_batch(items, kafka, store, spark, say=said.append)
         assert [o.error for o in done.outcomes] == [None] * 5
         for o in done.outcomes:
             r = o.range
@@ -35,6 +36,11 @@ def test_ranges_of_several_topics_and_partitions_are_archived_and_committed_each
         assert check_archive(kafka, store, a, ca.group) == {0: 30, 1: 30}
         assert check_archive(kafka, store, b, cb.group) == {0: 30, 1: 30, 2: 30}
     assert done.tasks < 8 + 5  # a's slices of 8 offsets and b's ranges share tasks
+    # Which reader read the records: one line for the batch (a run of 1,000 ranges said it 1,000 times),
+    # and each range's own in its materialisation.
+    readers = [line for line in said if "slice reader" in line]
+    assert len(readers) == 1 and readers[0].startswith("5 range(s): records read by the "), said
+    assert all(o.archived.reader for o in done.outcomes)
 
 
 def test_a_range_that_cannot_be_archived_is_its_own_outcome_and_the_others_are_archived(
