@@ -142,9 +142,10 @@ bench-days: install
 	$(BIN)/python -m matos_dev.bench.days $(DAYS_ARGS)
 	cp .bench/days.md $(BENCH_DOCS)/days.md
 
-# An estate of topics kept archived by one deployment (bench/estate.py): 100 and 1,000 partitions
-# (topics of 4), a first backlog, idle CPU, latency under traffic, the monitor's verdicts; then one busy
-# topic's latency. About 50 minutes on 2 cores; e.g. ESTATE_ARGS="--partitions 100 --busy-latency-s 0".
+# An estate of topics kept archived by one deployment (bench/estate.py): 100 partitions (25 topics of 4,
+# and 100 topics of 1) and 1,000 (250 of 4), a first backlog, idle CPU, latency under traffic, the
+# monitor's verdicts; then one busy topic's latency. About an hour on 2 cores; e.g.
+# ESTATE_ARGS="--partitions 100x1 --busy-latency-s 0".
 bench-estate: install
 	$(BIN)/python -m matos_dev.bench.estate $(ESTATE_ARGS)
 	cp .bench/estate.md $(BENCH_DOCS)/estate.md

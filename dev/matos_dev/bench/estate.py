@@ -34,7 +34,7 @@ from matos_dev.bench.stack import produce_records, running_stack
 from matos_dev.stack.process import free_port
 from matos_dev.stack.spark import SparkConnectServer
 
-PARTITIONS_PER_TOPIC = 4
+PARTITIONS_PER_TOPIC = 4  # unless a size says otherwise (`100x1`: 100 topics of 1 partition)
 BACKLOG = 1_000  # records per partition
 VALUE_BYTES = 200
 
@@ -120,25 +120,34 @@ def _percentile(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
 
 
-def measure(stack, tmp: Path, partitions: int, idle_s: float, steady_s: float, busy_topics: int,
+def size(text: str) -> tuple[int, int]:
+    """A size of the estate: `N` partitions (topics of PARTITIONS_PER_TOPIC), or `TxP` (T topics of P)."""
+    if "x" in text:
+        t, p = text.split("x")
+        return int(t), int(p)
+    return max(1, int(text) // PARTITIONS_PER_TOPIC), PARTITIONS_PER_TOPIC
+
+
+def measure(stack, tmp: Path, n_topics: int, per_topic: int, idle_s: float, steady_s: float, busy_topics: int,
             busy_rate: float, quiet_every_s: float, interval_s: int = 30) -> dict:
     run = uuid.uuid4().hex[:6]
-    topics = [f"estate-{run}-{i:04d}" for i in range(max(1, partitions // PARTITIONS_PER_TOPIC))]
+    topics = [f"estate-{run}-{i:04d}" for i in range(n_topics)]
     kafka = stack.kafka()
     for t in topics:
-        stack.create_topic(t, PARTITIONS_PER_TOPIC)
-    tps = [(t, p) for t in topics for p in range(PARTITIONS_PER_TOPIC)]
+        stack.create_topic(t, per_topic)
+    tps = [(t, p) for t in topics for p in range(per_topic)]
     value = os.urandom(VALUE_BYTES)
-    say(f"{len(topics)} topics x {PARTITIONS_PER_TOPIC} partitions: producing {BACKLOG} records into each")
+    say(f"{len(topics)} topics x {per_topic} partitions: producing {BACKLOG} records into each")
     for t in topics:
-        produce_records(kafka, t, ((f"k{i}".encode(), value, [], p) for p in range(PARTITIONS_PER_TOPIC)
+        produce_records(kafka, t, ((f"k{i}".encode(), value, [], p) for p in range(per_topic)
                                    for i in range(BACKLOG)))
     spark = SparkConnectServer(tmp / "spark", port=free_port())
     spark.start()
     container = f"bench-estate-{run}"
     settings = dagster_dev.stack_settings(stack, container, spark.url, interval_s)
     topics_yaml = f'topics:\n  - pattern: "estate-{run}-.*"\n'
-    out: dict = {"partitions": len(tps), "topics": len(topics), "backlog_records": len(tps) * BACKLOG}
+    out: dict = {"partitions": len(tps), "topics": len(topics), "per_topic": per_topic,
+                 "backlog_records": len(tps) * BACKLOG}
     try:
         with dagster_dev.running(tmp, topics_yaml, settings) as dev, \
                 Committed(kafka, "matos-archiver", tps) as committed:
@@ -162,7 +171,7 @@ def measure(stack, tmp: Path, partitions: int, idle_s: float, steady_s: float, b
                 out["idle_cores"]["daemon"] + out["idle_cores"]["code_server"], 4)
             say(f"idle: {out['idle_cores']}")
 
-            produced = steady(kafka, topics, busy_topics, busy_rate, quiet_every_s, steady_s)
+            produced = steady(kafka, topics, per_topic, busy_topics, busy_rate, quiet_every_s, steady_s)
             last = {tp: max(o for (t, p, o) in produced if (t, p) == tp) for tp in {(t, p) for t, p, _ in produced}}
             drain = time.time() + 600
             while any(committed.latest(tp) <= o for tp, o in last.items()) and time.time() < drain:
@@ -189,7 +198,8 @@ def measure(stack, tmp: Path, partitions: int, idle_s: float, steady_s: float, b
     return out
 
 
-def steady(kafka, topics: list[str], busy: int, rate: float, quiet_every_s: float, seconds: float) -> dict:
+def steady(kafka, topics: list[str], per_topic: int, busy: int, rate: float, quiet_every_s: float,
+           seconds: float) -> dict:
     """Produce for `seconds`: the first `busy` topics at `rate` records/s each, the others a record per
     partition every `quiet_every_s`; {(topic, partition, offset): time sent}."""
     produced: dict = {}
@@ -207,12 +217,12 @@ def steady(kafka, topics: list[str], busy: int, rate: float, quiet_every_s: floa
         now = time.monotonic()
         while sent_busy < int((now - t0) * rate):
             for t in topics[:busy]:
-                p = sent_busy % PARTITIONS_PER_TOPIC
+                p = sent_busy % per_topic
                 producer.produce(t, value=value, partition=p, on_delivery=lambda e, m, s=time.time(): delivered(s, e, m))
             sent_busy += 1
         if now >= next_quiet:
             for t in topics[busy:]:
-                for p in range(PARTITIONS_PER_TOPIC):
+                for p in range(per_topic):
                     producer.produce(t, value=value, partition=p,
                                      on_delivery=lambda e, m, s=time.time(): delivered(s, e, m))
             next_quiet += quiet_every_s
@@ -254,7 +264,7 @@ def markdown(results: list[dict]) -> str:
     def row(name, get, target):
         rows.append(f"| {name} | " + " | ".join(str(get(r)) for r in results) + f" | {target} |")
 
-    row("topics × partitions", lambda r: f"{r['topics']} × {PARTITIONS_PER_TOPIC}", "")
+    row("topics × partitions", lambda r: f"{r['topics']} × {r.get('per_topic', PARTITIONS_PER_TOPIC)}", "")
     row(f"first backlog ({BACKLOG:,} records a partition), s", lambda r: r.get("first_backlog_s"), "< 180")
     row("record → committed, median s", lambda r: r.get("steady", {}).get("median_s"), "")
     row("record → committed, p95 s", lambda r: r.get("steady", {}).get("p95_s"), "≤ 60")
@@ -275,7 +285,9 @@ def busy_markdown(b: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m matos_dev.bench.estate", description=__doc__.split("\n\n")[0])
-    p.add_argument("--partitions", default="100,1000", help="sizes, comma-separated (default 100,1000)")
+    p.add_argument("--partitions", default="100,100x1,1000",
+                   help="sizes, comma-separated: N partitions (topics of 4), or TxP (T topics of P partitions); "
+                        "default 100,100x1,1000")
     p.add_argument("--idle-s", type=float, default=180.0)
     p.add_argument("--steady-s", type=float, default=300.0)
     p.add_argument("--busy-topics", type=int, default=2)
@@ -288,11 +300,11 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(a.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     results = []
-    for n in [int(x) for x in a.partitions.split(",")]:
+    for n_topics, per_topic in [size(x) for x in a.partitions.split(",")]:
         with running_stack() as stack:
-            tmp = out / f"estate-{n}-{uuid.uuid4().hex[:6]}"
+            tmp = out / f"estate-{n_topics}x{per_topic}-{uuid.uuid4().hex[:6]}"
             tmp.mkdir(parents=True)
-            results.append(measure(stack, tmp, n, a.idle_s, a.steady_s, a.busy_topics, a.busy_rate,
+            results.append(measure(stack, tmp, n_topics, per_topic, a.idle_s, a.steady_s, a.busy_topics, a.busy_rate,
                                    a.quiet_every_s))
         (out / "estate.json").write_text(json.dumps(results, indent=2))
         (out / "estate.md").write_text(markdown(results))
