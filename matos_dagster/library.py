@@ -19,7 +19,7 @@ from matos_dagster.assets.windows import summary_asset, windows_asset, windows_a
 from matos_dagster.core import topics as topics_file
 from matos_dagster.core.kafka import many
 from matos_dagster.core.kafka.errors import KafkaUnavailable
-from matos_dagster.core.setting_kinds import Cron
+from matos_dagster.core.setting_kinds import Cron, Whole
 from matos_dagster.core.topic_set import TopicSet
 from matos_dagster.core.topics import TopicConfig
 from matos_dagster.jobs.archive_ranges import archive_ranges_job
@@ -108,14 +108,17 @@ def archive_definitions(
         matos_dagster.core.topics.TopicsFileError: topics that cannot be archived, in one line.
     """
     names = Names(name)
-    for what, seconds in (("sensor_interval_s", sensor_interval_s), ("monitor_interval_s", monitor_interval_s)):
-        if isinstance(seconds, bool) or not isinstance(seconds, int) or seconds < 1:
-            raise ValueError(f"{what} is {seconds!r}: it takes a whole number of seconds, 1 or more")
-    for what, cron in (("retention_cron", retention_cron), ("compact_cron", compact_cron)):
+    # The MATOS_ settings' own kinds check the arguments that stand for them.
+    seconds = Whole(unit="seconds")
+    for what, value, kind in (("sensor_interval_s", sensor_interval_s, seconds),
+                              ("monitor_interval_s", monitor_interval_s, seconds),
+                              ("retention_cron", retention_cron, Cron()), ("compact_cron", compact_cron, Cron())):
         try:
-            Cron().check(cron)
+            if isinstance(value, bool) or not isinstance(value, str if isinstance(kind, Cron) else int):
+                raise ValueError
+            kind.check(str(value))
         except ValueError:
-            raise ValueError(f"{what} is {cron!r}: it takes {Cron.takes}") from None
+            raise ValueError(f"{what} is {value!r}: it takes {kind.takes}") from None
     topic_set = as_topic_set(topics)
     listed = list(topics_at_load) if topics_at_load is not None else matched_now(topic_set, kafka)
     timed = [t for t in listed if t.time_window != "none"]
@@ -142,7 +145,7 @@ def archive_definitions(
         + ([days_sensor(topic_set, sensor_interval_s, names=names), windows_automation(sensor_interval_s, names)]
            if timed or any(p.settings.time_window != "none" for p in topic_set.patterns) else []),
         schedules=[retention_schedule(retention, retention_cron, names), compact_schedule(compact, compact_cron, names)],
-        resources={names.kafka: kafka, names.swift: swift, names.spark: spark},
+        resources={names.of("kafka"): kafka, names.of("swift"): swift, names.of("spark"): spark},
         executor=executor,
     )
     return defs

@@ -52,18 +52,6 @@ class Names:
         """The topic's dynamic partitions definition: its offset ranges, named in the whole instance."""
         return self.of(topic.partitions_name)
 
-    @property
-    def kafka(self) -> str:
-        return self.of("kafka")
-
-    @property
-    def swift(self) -> str:
-        return self.of("swift")
-
-    @property
-    def spark(self) -> str:
-        return self.of("spark")
-
     def keys(self, *kinds: str) -> set[str]:
         """The resource keys of `kinds` (`kafka`, `swift`, `spark`): an op's `required_resource_keys`."""
         return {self.of(kind) for kind in kinds}
