@@ -141,3 +141,35 @@ def commit(kafka: KafkaClient, group: str, offsets: dict[TP, int]) -> None:
     for tp in result or []:
         if tp.error is not None:
             raise KafkaUnavailable(f"Kafka refused the commit of {tp.topic}/{tp.partition} (group {group}): {tp.error}")
+
+
+# Kafka's topic id of a broker that has none (before 2.8, or a topic created without one): no id.
+_ZERO_ID = "AAAAAAAAAAAAAAAAAAAAAA"
+
+
+def topic_ids(kafka: KafkaClient, names: Iterable[str]) -> dict[str, str | None]:
+    """Kafka's topic id (KIP-516) of each topic: which incarnation of the name exists now. A topic
+    deleted and created again under the same name has a new id. One DescribeTopics request for all.
+
+    None where the broker gives no id (the zero UUID) or the topic does not exist (any more): the
+    caller cannot tell incarnations apart there and must not guess.
+    """
+    from confluent_kafka import TopicCollection
+
+    names = sorted(set(names))
+    if not names:
+        return {}
+    out: dict[str, str | None] = {n: None for n in names}
+    with kafka._client(("admin",), lambda: _Admin(kafka.client_config())) as admin:
+        futures = admin.client.describe_topics(TopicCollection(names), request_timeout=kafka.timeout_s)
+        for name, future in futures.items():
+            try:
+                description = future.result()
+            except KafkaException as e:
+                code = e.args[0].code() if e.args and isinstance(e.args[0], KafkaError) else None
+                if code == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    continue  # gone: no incarnation now
+                raise unavailable(kafka, e, admin.errors) from None
+            tid = str(description.topic_id) if description.topic_id is not None else None
+            out[name] = None if tid in (None, "", _ZERO_ID) else tid
+    return out
