@@ -12,13 +12,14 @@ from dagster import (
     asset,
 )
 
-from matos_dagster.core.archive.range_run import Archived, DataLoss, RangeRefused, check, in_turn
+from matos_dagster.core.archive.range_run import Archived, DataLoss, RangeRefused, check, current_incarnation, in_turn
 from matos_dagster.core.iceberg.hooks import TableState, table_state
 from matos_dagster.core.iceberg.plan import TableError
 from matos_dagster.core.offsets.ranges import KEY_FORM, OffsetRange, parse_key
 from matos_dagster.core.runs import heartbeat, offset_order
 from matos_dagster.core.runs import turns as core_turns
 from matos_dagster.core.schemas import typed
+from matos_dagster.core.swift import layout
 from matos_dagster.core.topics import TopicConfig
 from matos_dagster.dead_runs import beating
 from matos_dagster.names import DEFAULT, Names
@@ -68,21 +69,28 @@ def archive_asset(topic: TopicConfig, names: Names = DEFAULT, group: str = "arch
             # Kafka is asked once a run for the partition and its committed offset: the walk's plan and
             # each archive_range start from that, or from what the range before left (archive.in_turn).
             checked = check(kafka, r, topic.group)
+            # Which log of the topic's name the key's range is of (a topic deleted and created again is a
+            # new incarnation, archived under its own prefix): asked after the check, so that an unknown
+            # topic is named as such; the offset read again if this run recorded a new incarnation.
+            inc = current_incarnation(kafka, store, topic, context.log.warning)
+            if inc.number > 1:
+                checked = check(kafka, r, topic.group)
+            prefix = inc.prefix(layout.join(store.params.prefix, topic.prefix))
             # Spark only if there is something to write: a range already archived is only verified.
             # The topic's typed columns, with the MATOS_SCHEMA_REGISTRY_* settings (None: bytes only).
             typing = typed.for_topic(topic)
             archive = in_turn(topic, kafka, store, lambda: spark.spark_session, checked, say=context.log.info,
-                              typing=typing)
+                              typing=typing, incarnation=inc)
 
             # The pending ranges below this one first, in offset order (offset_order.py).
             def keys():
                 return context.instance.get_dynamic_partitions(names.partitions(topic))
 
-            first = offset_order.archive_first(r, offset_order.plan(r, topic, kafka, store, keys, checked.committed),
+            first = offset_order.archive_first(r, offset_order.plan(r, topic, kafka, store, keys, checked.committed, prefix),
                                                archive, (RangeRefused, DataLoss), context.log.info, context.log.warning)
             done = archive(r)
             location = f"{store.url}/{store.container}/{done.manifest_name.rsplit('/', 1)[0]}/"
-            table = _table_state(store, topic, r.partition, context.log.warning)
+            table = _table_state(store, topic, r.partition, context.log.warning, inc.number)
         for note in [n for a in first.archived for n in a.notes] + done.notes:
             context.log.warning(note)
         meta = metadata(done, location)
@@ -107,10 +115,10 @@ def first_metadata(first: offset_order.First) -> dict:
     return meta
 
 
-def _table_state(store, topic: TopicConfig, partition: int, warn) -> TableState | None:
+def _table_state(store, topic: TopicConfig, partition: int, warn, incarnation: int = 1) -> TableState | None:
     """The topic's Iceberg table after this run (MATOS_ICEBERG_TABLES; None when off)."""
     try:
-        return table_state(store, topic, partition)
+        return table_state(store, topic, partition, incarnation)
     except TableError as e:  # the range is archived: only the table's figures are missing
         warn(str(e))
         return None

@@ -47,6 +47,12 @@ JOB = "archive_ranges"
 class RangesConfig(Config):
     ranges: list[str] = Field(description="Partition keys of offset ranges (`topic:pNNNNN:start-end`), of any "
                               "topics of the topics file; each must be added to its topic's asset already.")
+    topic_ids: dict[str, str] = Field(
+        default={}, description="Per topic, the Kafka topic id its ranges were requested for (the lag sensor "
+        "gives it): a topic deleted and created again since has another id, and its ranges are refused.")
+    earlier: list[str] = Field(
+        default=[], description="Topics whose archive holds an earlier log of the name (the lag sensor saw another "
+        "topic id, or the topic missing): a log not recorded yet is then a new incarnation, never the first.")
 
 
 def archive_ranges_job(topics, names: Names = DEFAULT) -> JobDefinition:
@@ -83,7 +89,8 @@ def archive_ranges_job(topics, names: Names = DEFAULT) -> JobDefinition:
                 nonlocal tasks
                 waited_s = max(0.0, time.time() - mine.since)  # these partitions' turn came this long after the claim
                 batch = archive_batch([i for i in items if where(i[0]) in ready], kafka, store,
-                                      lambda: spark.spark_session, say=context.log.info)
+                                      lambda: spark.spark_session, say=context.log.info,
+                                      topic_ids=config.topic_ids, earlier=set(config.earlier))
                 tasks += batch.tasks
                 for note in batch.notes:
                     context.log.warning(note)
@@ -131,6 +138,15 @@ def _report(context: OpExecutionContext, o: Outcome, waited_s: float, names: Nam
     context.log_event(AssetMaterialization(asset_key=names.asset_key(o.topic), partition=o.range.key, metadata=meta))
 
 
-def ranges_config(ranges: list[OffsetRange], names: Names = DEFAULT) -> dict:
-    """The run config of a batch run archiving `ranges`."""
-    return {"ops": {names.of(BATCH_OP): {"config": {"ranges": [r.key for r in ranges]}}}}
+def ranges_config(ranges: list[OffsetRange], names: Names = DEFAULT, topic_ids: dict[str, str | None] | None = None,
+                  earlier: set[str] = frozenset()) -> dict:
+    """The run config of a batch run archiving `ranges`; `topic_ids`, `earlier`: RangesConfig's, of
+    the ranges' topics (a topic of no id, None, is left out)."""
+    topics = {r.topic for r in ranges}
+    config: dict = {"ranges": [r.key for r in ranges]}
+    ids = {t: i for t, i in (topic_ids or {}).items() if t in topics and i is not None}
+    if ids:
+        config["topic_ids"] = ids
+    if topics & set(earlier):
+        config["earlier"] = sorted(topics & set(earlier))
+    return {"ops": {names.of(BATCH_OP): {"config": config}}}

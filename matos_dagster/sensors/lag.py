@@ -6,7 +6,10 @@ start and end offsets and the committed offsets (core/kafka/many.py: a few reque
 partitions); the state of the ranges in flight (one query of their runs); then `policy.decide`
 per partition. The ranges due become partition keys of their topics' assets and are requested as
 ONE run of the `archive_ranges` job (or a few, of at most MATOS_RUN_MAX_RANGES each), in the same
-tick. The cursor holds a number per partition at rest (core/runs/estate.py).
+tick. The cursor holds a number per partition at rest (core/runs/estate.py), and each topic's
+Kafka topic id: a topic deleted and created again (another id, one DescribeTopics a tick for all)
+is said once, its partitions start again from the new log's start, and its runs carry the id they
+were requested for (a run finding another id refuses the range, core/archive/batch.py).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from dagster import (
 )
 
 from matos_dagster.core import settings
+from matos_dagster.core.archive import commit
 from matos_dagster.core.kafka import many
 from matos_dagster.core.offsets.ranges import OffsetRange
 from matos_dagster.core.runs import estate, heartbeat, policy, turns
@@ -69,10 +73,25 @@ def lag_sensor(topics, interval_s: int, name: str = NAME, names: Names = DEFAULT
             watched = [t for t in resolved.topics if t.name in existing]
             tps = [(t.name, p) for t in watched for p in existing[t.name]]
             marks = many.watermarks(kafka, tps)
+            ids = many.topic_ids(kafka, [t.name for t in watched])
+            known = estate.read_topics(context.cursor)
+            again = estate.created_again(known, ids)
+            states = estate.restart(states, again)
             committed: dict[tuple[str, int], int | None] = {}
             for group in sorted({t.group for t in watched}):
                 committed.update(many.committed(kafka, group, [(t.name, p) for t in watched if t.group == group
                                                                 for p in existing[t.name]]))
+            for t in watched:
+                if t.name in again:
+                    old, new = again[t.name]
+                    context.log.warning(
+                        f"topic {t.name!r} was deleted and created again (topic id {old} -> {new}): its new log is "
+                        "archived from its own offset 0 as a new incarnation, apart from the earlier log's archive, "
+                        "which stays as it is")
+                    mine = [(t.name, p) for p in existing[t.name]]
+                    committed.update(commit.restart(kafka, t.group, {tp: committed[tp] for tp in mine},
+                                                    {tp: marks[tp][0] for tp in mine}))
+            known = estate.seen(known, ids, again)
         now_ms = int(time.time() * 1000)
         runs = _range_states(context, [s for s in states.values() if s.key and not s.done])
         busy = _busy(context, names)
@@ -121,12 +140,12 @@ def lag_sensor(topics, interval_s: int, name: str = NAME, names: Names = DEFAULT
         most = int(settings.get("MATOS_RUN_MAX_RANGES"))
         requests = []
         for batch in estate.batches(due, most):
-            key = estate.batch_key(batch)
+            key = estate.batch_key(batch, {t: ids[t] for t in known.earlier if ids.get(t)})
             for r, _ in batch:
                 tp = (r.topic, r.partition)
                 kept[tp] = replace(kept[tp], run=key)
             requests.append(RunRequest(
-                run_key=key, run_config=ranges_config([r for r, _ in batch], names),
+                run_key=key, run_config=ranges_config([r for r, _ in batch], names, ids, known.earlier),
                 tags={BATCH_TAG: "true", **names.run_tags, "matos/ranges": str(len(batch)),
                       "matos/topics": str(len({r.topic for r, _ in batch}))}))
         for line in resolved.clashes:
@@ -135,7 +154,7 @@ def lag_sensor(topics, interval_s: int, name: str = NAME, names: Names = DEFAULT
                    f"{len(requests)} run(s)" + (f"; missing from Kafka: {', '.join(resolved.missing)}"
                                                 if resolved.missing else ""))
         context.log.info(summary + (": " + "; ".join(reasons[:200]) if reasons else ""))
-        cursor = estate.write_cursor(kept, {tp: marks[tp][0] for tp in tps})
+        cursor = estate.write_cursor(kept, {tp: marks[tp][0] for tp in tps}, known)
         if not requests:
             return SensorResult(skip_reason=SkipReason((summary + "; " + "; ".join(reasons))[:1000]), cursor=cursor)
         return SensorResult(

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from matos_dagster.core import faults
-from matos_dagster.core.archive.commit import advance_many
+from matos_dagster.core.archive.commit import advance_many, restart
 from matos_dagster.core.archive.range_run import Archived, DataLoss, Planned, RangeRefused, plan, write_manifest
 from matos_dagster.core.archive.slice_task import RecordTooLarge, SliceJob, archive_slice
 from matos_dagster.core.iceberg.hooks import keep_table
@@ -40,7 +40,8 @@ from matos_dagster.core.kafka.client import KafkaClient
 from matos_dagster.core.offsets.ranges import OffsetRange
 from matos_dagster.core.schemas import typed as typed_columns
 from matos_dagster.core.spark.tasks import run_tasks
-from matos_dagster.core.swift import layout
+from matos_dagster.core.swift import incarnations, layout
+from matos_dagster.core.swift.incarnations import Incarnation
 from matos_dagster.core.swift.store import Store
 from matos_dagster.core.topics import TopicConfig
 
@@ -86,14 +87,21 @@ class Batch:
 
 def archive_batch(items: list[tuple[OffsetRange, TopicConfig]], kafka: KafkaClient, store: Store, spark: Any,
                   say: Callable[[str], None] = log.info,
-                  typing_for: Callable[[TopicConfig], Any] = typed_columns.for_topic) -> Batch:
+                  typing_for: Callable[[TopicConfig], Any] = typed_columns.for_topic,
+                  topic_ids: dict[str, str] | None = None, earlier: set[str] = frozenset()) -> Batch:
     """Archive every range of `items` (steps above); one outcome per item, in the items' order.
+
+    `topic_ids`: per topic, the Kafka topic id its ranges were requested for (the lag sensor's): a
+    topic whose id is another now was deleted and created again since, and its ranges are refused.
+    `earlier`: topics whose archive the requester knows to hold an earlier log (it saw another id, or
+    the topic missing): a log of an id the archive has not recorded is then a new incarnation, never
+    adopted as the first (`incarnations.observe`).
 
     `spark`: a session, or a function that makes one, called only if a range needs Spark tasks.
     Raises only what stops every range alike (Kafka or Swift unreachable before anything was
     written); a range's own failure is its outcome.
     """
-    run = _Run(items, kafka, store, spark, say, typing_for)
+    run = _Run(items, kafka, store, spark, say, typing_for, topic_ids or {}, earlier)
     try:
         return run.run()
     finally:
@@ -104,9 +112,12 @@ class _Run:
     """One `archive_batch`: its outcomes, and what Kafka said of their partitions once for all."""
 
     def __init__(self, items, kafka: KafkaClient, store: Store, spark: Any, say: Callable[[str], None],
-                 typing_for: Callable[[TopicConfig], Any]):
+                 typing_for: Callable[[TopicConfig], Any], topic_ids: dict[str, str], earlier: set[str]):
         self.t0 = time.monotonic()
         self.kafka, self.store, self.spark, self.say, self.typing_for = kafka, store, spark, say, typing_for
+        self.expected_ids, self.earlier = topic_ids, earlier
+        self.incarnations: dict[str, Incarnation] = {}  # per topic: the log its ranges are archived as
+        self.notes: list[str] = []  # a topic created again, said once
         self.outcomes = [Outcome(r, t, location=_location(store, t, r)) for r, t in items]
         self.stores = _Stores(store.params)
         self.planned: list[tuple[Outcome, Planned]] = []
@@ -117,6 +128,7 @@ class _Run:
 
     def run(self) -> Batch:
         self.ask_kafka()
+        self.stores.each(self.incarnation, sorted({o.topic.name: o.topic for o in self.outcomes}.items()))
         self.stores.each(self.check, _by_partition(self.outcomes))
         self.planned.sort(key=lambda x: (x[1].range.topic, x[1].range.partition, x[1].range.start))
         jobs = [j for _, p in self.planned for j in p.jobs]
@@ -149,6 +161,7 @@ class _Run:
         tps = {(o.range.topic, o.range.partition) for o in self.outcomes}
         self.known = {tp for tp in tps if tp[1] in self.existing.get(tp[0], ())}
         self.marks = many.watermarks(self.kafka, self.known)
+        self.ids = many.topic_ids(self.kafka, {tp[0] for tp in self.known})
         self.committed: dict[tuple[str, int], int | None] = {}
         for group in sorted({o.topic.group for o in self.outcomes}):
             self.committed.update(many.committed(self.kafka, group, [
@@ -163,6 +176,39 @@ class _Run:
                     if o.topic.name == name:
                         o.error = _one_line(e)
 
+    def incarnation(self, item: tuple[str, TopicConfig], store: Store) -> None:
+        """Step 1b for one topic: which of its logs its ranges are archived as (core/swift/incarnations.py)."""
+        name, topic = item
+        mine = [o for o in self.outcomes if o.topic.name == name and o.error is None]
+        if not mine or name not in self.existing:
+            return  # refused in `check` as an unknown topic
+        tid, expected = self.ids.get(name), self.expected_ids.get(name)
+        if expected is not None and tid != expected:
+            for o in mine:
+                o.error, o.refused = (
+                    f"topic {name!r} was deleted and created again since this range was requested (topic id "
+                    f"{expected} then, {tid or 'none'} now): not archived, as its offsets would be the new log's; "
+                    "the lag sensor requests the new log's ranges, from its offset 0"), True
+            return
+        try:
+            inc, line = incarnations.observe(store, _prefix(store, topic), name, tid, int(time.time() * 1000),
+                                             earlier=name in self.earlier)
+            if line is not None:  # recorded by this run: a committed offset of the earlier log is stale
+                tps = [tp for tp in self.known if tp[0] == name]
+                fresh = restart(self.kafka, topic.group, {tp: self.committed[tp] for tp in tps},
+                                {tp: self.marks[tp][0] for tp in tps})
+        except Exception as e:  # noqa: BLE001 - this topic's ranges are not archived; the others go on
+            for o in mine:
+                o.error = _one_line(e)
+            return
+        with self.lock:
+            self.incarnations[name] = inc
+            if line is not None:
+                self.committed.update(fresh)
+                self.notes.append(line)
+            for o in mine:
+                o.location = _location(store, topic, o.range, inc)
+
     def check(self, group: list[Outcome], store: Store) -> None:
         """Step 2 for one partition's ranges, in offset order."""
         for o in group:
@@ -172,9 +218,13 @@ class _Run:
             if tp not in self.known:
                 o.error, o.refused = _unknown(r, self.existing), True
                 continue
+            inc = self.incarnations[r.topic]
+            if inc.topic_id is None and self.ids.get(r.topic) is None and (self.committed[tp] or 0) > self.marks[tp][1]:
+                o.error, o.refused = _no_id(r, self.committed[tp], self.marks[tp][1], topic.group), True
+                continue
             try:
-                p = plan(r, topic, self.kafka, store, self.marks[tp], self.committed[tp], _prefix(store, topic),
-                         self.typings[topic.name], self.say)
+                p = plan(r, topic, self.kafka, store, self.marks[tp], self.committed[tp], _prefix(store, topic, inc),
+                         self.typings[topic.name], self.say, inc)
             except (RangeRefused, DataLoss) as e:
                 o.error, o.refused = str(e), True
                 continue
@@ -214,16 +264,17 @@ class _Run:
         """Steps 5 and 6: the committed offsets of the partitions with ranges archived, their tables."""
         done = [o for o in self.outcomes if o.ok]
         parts = sorted({(o.range.topic, o.range.partition): o.topic for o in done}.items())
-        after = advance_many(self.kafka, self.store, [(_prefix(self.store, t), t, p, self.marks[(name, p)][0])
+        incs = self.incarnations
+        after = advance_many(self.kafka, self.store, [(_prefix(self.store, t, incs[name]), t, p, self.marks[(name, p)][0])
                                                       for (name, p), t in parts], each=self.stores.each)
         faults.at("batch-after-commit")
-        notes: list[str] = []
+        notes: list[str] = list(self.notes)
         for o in done:
             o.archived.committed_after = after[(o.range.topic, o.range.partition)]
             notes += o.archived.notes
         for (name, p), t in parts:
             try:
-                notes += keep_table(self.store, _prefix(self.store, t), t, p, self.say)
+                notes += keep_table(self.store, _prefix(self.store, t, incs[name]), t, p, self.say, incs[name].number)
             except TableError as e:  # the ranges are archived and committed: only the table waits for a later run
                 notes.append(str(e))
         return notes
@@ -300,12 +351,22 @@ def archive_slices(jobs: list[SliceJob]) -> list[list[dict] | dict]:
     return out
 
 
-def _prefix(store: Store, topic: TopicConfig) -> str:
-    return layout.join(store.params.prefix, topic.prefix)
+def _prefix(store: Store, topic: TopicConfig, incarnation: Incarnation | None = None) -> str:
+    """The topic's prefix; with `incarnation`, that incarnation's (the first's is the topic's)."""
+    prefix = layout.join(store.params.prefix, topic.prefix)
+    return incarnation.prefix(prefix) if incarnation is not None else prefix
 
 
-def _location(store: Store, topic: TopicConfig, r: OffsetRange) -> str:
-    return f"{store.url}/{store.container}/{layout.range_dir(_prefix(store, topic), r)}/"
+def _location(store: Store, topic: TopicConfig, r: OffsetRange, incarnation: Incarnation | None = None) -> str:
+    return f"{store.url}/{store.container}/{layout.range_dir(_prefix(store, topic, incarnation), r)}/"
+
+
+def _no_id(r: OffsetRange, committed: int, high: int, group: str) -> str:
+    return (f"{r.topic}/{r.partition}: the committed offset {committed} of group {group} is past the log end "
+            f"{high}, and Kafka gives no topic id to tell whether the topic was deleted and created again: "
+            "not archived, rather than guess. If it was created again, archive its new log under another "
+            "prefix (the topic's `prefix`) or move the group's offset to the log start; brokers of Kafka 2.8 "
+            "or later give topic ids, and the archive then tells the two logs apart itself")
 
 
 def _unknown(r: OffsetRange, existing: dict[str, list[int]]) -> str:

@@ -99,3 +99,15 @@ def up_to_first_hole(entries: Iterator[Entry], base: int) -> Iterator[Entry]:
             return
         pos = max(pos, e.end)
         yield e
+
+
+def restart(kafka: KafkaClient, group: str, committed: dict[tuple[str, int], int | None],
+            lows: dict[tuple[str, int], int]) -> dict[tuple[str, int], int | None]:
+    """A new incarnation's partitions (a topic deleted and created again): a committed offset the group
+    kept from the earlier log counts offsets of that log, so it is set back to the new log's start
+    (one commit for all), the one time the offset moves back: nothing of the new log is archived
+    yet, and starting from the old offset would skip the new log's records below it. None (Kafka
+    dropped the earlier log's offsets with the topic) stays None. The committed offsets after."""
+    stale = {tp: lows[tp] for tp, c in committed.items() if c is not None and c != lows[tp]}
+    many.commit(kafka, group, stale)
+    return {tp: lows[tp] if tp in stale else c for tp, c in committed.items()}

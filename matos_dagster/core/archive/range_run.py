@@ -26,15 +26,17 @@ from typing import Any, Callable
 
 from matos_dagster.core import faults
 from matos_dagster.core.archive import loss
-from matos_dagster.core.archive.commit import advance
+from matos_dagster.core.archive.commit import advance, restart
 from matos_dagster.core.archive.slice_task import SliceJob, archive_slice
 from matos_dagster.core.iceberg.hooks import keep_table
+from matos_dagster.core.kafka import many
 from matos_dagster.core.kafka.client import KafkaClient
 from matos_dagster.core.offsets.ranges import OffsetRange
 from matos_dagster.core.schemas import typed as typed_columns
 from matos_dagster.core.schemas.errors import RegistryUnavailable
 from matos_dagster.core.spark.tasks import run_entries
-from matos_dagster.core.swift import layout, manifest
+from matos_dagster.core.swift import incarnations, layout, manifest
+from matos_dagster.core.swift.incarnations import Incarnation
 from matos_dagster.core.swift.archived import LOSS, PartitionArchive
 from matos_dagster.core.swift.store import Store
 from matos_dagster.core.topics import SWIFT_MAX_NAME, TopicConfig
@@ -97,23 +99,26 @@ def archive_range(
     say: Callable[[str], None] = log.info,
     checked: Checked | None = None,
     typing: typed_columns.Typing | None = None,
+    incarnation: Incarnation | None = None,
 ) -> Archived:
     """Archive `r` (the steps above). `spark`: a session, or a function that makes one, called
     only if Spark tasks are needed (a range already archived needs none). `checked`: what the
     run learnt of the partition already (`check`, `in_turn`); None: Kafka is asked here.
     `typing`: the topic's typed columns; None: as the topic and the MATOS_SCHEMA_REGISTRY_*
-    settings say (`typed.for_topic`, None for a topic of bytes only)."""
+    settings say (`typed.for_topic`, None for a topic of bytes only). `incarnation`: the topic's log the
+    run resolved (`incarnations.observe`), under whose prefix the range is archived; None: the first's
+    prefix, and no topic id in the manifest."""
     t0 = time.monotonic()
-    prefix = layout.join(store.params.prefix, topic.prefix)
+    prefix = incarnations.prefix_of(layout.join(store.params.prefix, topic.prefix), incarnation.number if incarnation else 1)
     if typing is None:
         typing = typed_columns.for_topic(topic)
-    done = _archive(r, topic, kafka, store, spark, say, checked, prefix, typing)
+    done = _archive(r, topic, kafka, store, spark, say, checked, prefix, typing, incarnation)
     # The Iceberg step, here only, whichever way the range ended archived and committed (written
     # now; found archived and committed; its records expired from Kafka and the archive verified):
     # this range and any a crashed run left out, one commit; a rerun of a range whose run died
     # before its table commit repairs the table (a no-op when it is there). A range refused
     # (RangeRefused, DataLoss) or a failed step raised in `_archive`: no table step.
-    done.notes += keep_table(store, prefix, topic, r.partition, say)
+    done.notes += keep_table(store, prefix, topic, r.partition, say, incarnation.number if incarnation else 1)
     faults.at("after-table")
     done.duration_s = time.monotonic() - t0  # the whole run's, the table step included
     return done
@@ -121,7 +126,7 @@ def archive_range(
 
 def _archive(r: OffsetRange, topic: TopicConfig, kafka: KafkaClient, store: Store, spark: Any,
              say: Callable[[str], None], checked: Checked | None, prefix: str,
-             typing: typed_columns.Typing | None) -> Archived:
+             typing: typed_columns.Typing | None, incarnation: Incarnation | None = None) -> Archived:
     """Steps 1-4 of `archive_range`: the range archived and the group's offset committed, or found
     archived and only verified. Its `duration_s` is left to `archive_range`, which times the table
     step too."""
@@ -130,7 +135,7 @@ def _archive(r: OffsetRange, topic: TopicConfig, kafka: KafkaClient, store: Stor
     marks = kafka.watermarks(r.topic, [r.partition])[r.partition]
     if checked is None:
         checked = Checked(kafka.committed(r.topic, [r.partition], topic.group)[r.partition])
-    planned = plan(r, topic, kafka, store, marks, checked.committed, prefix, typing, say)
+    planned = plan(r, topic, kafka, store, marks, checked.committed, prefix, typing, say, incarnation)
     if isinstance(planned, Archived):
         return planned
     say(f"{r}: archiving in {len(planned.jobs)} Spark task(s) of up to {topic.slice_records} offsets")
@@ -158,11 +163,12 @@ class Planned:
     low: int  # the partition's log start and end offsets when the range was planned
     high: int
     typing: typed_columns.Typing | None
+    incarnation: Incarnation | None = None  # the log read: its number and topic id go in the manifest
 
 
 def plan(r: OffsetRange, topic: TopicConfig, kafka: KafkaClient, store: Store, marks: tuple[int, int],
          committed: int | None, prefix: str, typing: typed_columns.Typing | None,
-         say: Callable[[str], None] = log.info) -> Planned | Archived:
+         say: Callable[[str], None] = log.info, incarnation: Incarnation | None = None) -> Planned | Archived:
     """Check `r` against its partition's `marks` (log start, end), the group's `committed` offset and
     the archive: its Spark tasks, or (Archived) the range found archived and only verified.
 
@@ -184,6 +190,12 @@ def plan(r: OffsetRange, topic: TopicConfig, kafka: KafkaClient, store: Store, m
         )
     name = layout.manifest_name(prefix, r)
     existing = store.get_json(name)
+    if isinstance(existing, dict) and incarnation is not None and incarnation.topic_id is not None \
+            and existing.get("topic_id") not in (None, incarnation.topic_id):
+        # Never over another log's range: its objects have these very names.
+        raise RangeRefused(
+            f"range {r}: {name} is the manifest of a range of topic id {existing['topic_id']}, not of "
+            f"{incarnation}: the topic was deleted and created again; nothing was written")
 
     # Before the loss check: a range over an acknowledged loss is refused for that, not re-reported.
     _refuse_overlaps(PartitionArchive(store, prefix, r.topic, r.partition), r)
@@ -222,7 +234,7 @@ def plan(r: OffsetRange, topic: TopicConfig, kafka: KafkaClient, store: Store, m
         )
         for s in r.slices(topic.slice_records)
     ]
-    return Planned(r, topic, prefix, jobs, committed, low, high, typing)
+    return Planned(r, topic, prefix, jobs, committed, low, high, typing, incarnation)
 
 
 def write_manifest(p: Planned, objects: list[dict], store: Store, say: Callable[[str], None] = log.info,
@@ -244,7 +256,8 @@ def write_manifest(p: Planned, objects: list[dict], store: Store, say: Callable[
         if archived:
             say(f"{r}: schemas {', '.join(map(str, archived))} archived beside the records (_schemas/)")
     name = layout.manifest_name(p.prefix, r)
-    doc = manifest.build(r, p.topic.format, objects, formats)
+    inc = p.incarnation
+    doc = manifest.build(r, p.topic.format, objects, formats, inc.topic_id if inc else None, inc.number if inc else None)
     store.put_json(name, doc)
     faults.at("after-manifest")
     notes = _remove_strays(store, layout.range_dir(p.prefix, r), doc)
@@ -261,6 +274,22 @@ def _run_slices(session: Any, jobs: list[SliceJob], r: OffsetRange) -> list[dict
         lambda failed: RegistryUnavailable(f"{r}: {failed}; nothing was committed, a later run archives the range"),
         lambda o: (Undecodable if o.get("kind") == "Undecodable" else RangeRefused)(o["refused"]))
     return [o for objects in written for o in objects]
+
+
+def current_incarnation(kafka: KafkaClient, store: Store, topic: TopicConfig,
+                        warn: Callable[[str], None] = log.warning) -> Incarnation:
+    """The log a run of one range archives into: Kafka's topic id now, looked up in the topic's record
+    (core/swift/incarnations.py). A log the record lacks is recorded, said in one line, and the group's
+    committed offsets of the earlier log are set back to the new log's start (commit.restart)."""
+    tid = many.topic_ids(kafka, [topic.name])[topic.name]
+    inc, line = incarnations.observe(store, layout.join(store.params.prefix, topic.prefix), topic.name, tid,
+                                     int(time.time() * 1000))
+    if line is not None:
+        warn(line)
+        tps = [(topic.name, p) for p in many.topics(kafka).get(topic.name, [])]
+        marks = many.watermarks(kafka, tps)
+        restart(kafka, topic.group, many.committed(kafka, topic.group, tps), {tp: marks[tp][0] for tp in tps})
+    return inc
 
 
 @dataclass(frozen=True)
@@ -285,8 +314,8 @@ def check(kafka: KafkaClient, r: OffsetRange, group: str | None) -> Checked:
 
 
 def in_turn(topic: TopicConfig, kafka: KafkaClient, store: Store, spark: Any, checked: Checked,
-            say: Callable[[str], None] = log.info,
-            typing: typed_columns.Typing | None = None) -> Callable[[OffsetRange], Archived]:
+            say: Callable[[str], None] = log.info, typing: typed_columns.Typing | None = None,
+            incarnation: Incarnation | None = None) -> Callable[[OffsetRange], Archived]:
     """`archive_range` for the ranges a run archives one after another in its partition's turn
     (those below its own first, offset_order.py, then its own), from one `check`.
 
@@ -299,7 +328,7 @@ def in_turn(topic: TopicConfig, kafka: KafkaClient, store: Store, spark: Any, ch
 
     def archive(r: OffsetRange) -> Archived:
         nonlocal known
-        done = archive_range(r, topic, kafka, store, spark, say, checked=known, typing=typing)
+        done = archive_range(r, topic, kafka, store, spark, say, checked=known, typing=typing, incarnation=incarnation)
         known = Checked(done.committed_after)
         return done
 

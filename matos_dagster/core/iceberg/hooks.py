@@ -22,13 +22,21 @@ from matos_dagster.core.swift.store import Store
 log = logging.getLogger(__name__)
 
 
-def keep_table(store: Store, prefix: str, topic, partition: int, say: Callable[[str], None] = log.info) -> list[str]:
-    """The archive's hook after a range's manifest: bring the topic's table up to date (no-op when off)."""
+def table_name(topic: str, incarnation: int = 1) -> str:
+    """The table of a topic's incarnation: the topic's name for the first; a later one (a topic deleted and
+    created again, core/swift/incarnations.py) has a table of its own, as its offsets start at 0 again."""
+    return topic if incarnation == 1 else f"{topic}__incarnation_{incarnation}"
+
+
+def keep_table(store: Store, prefix: str, topic, partition: int, say: Callable[[str], None] = log.info,
+               incarnation: int = 1) -> list[str]:
+    """The archive's hook after a range's manifest: bring the table of the topic's `incarnation` (whose
+    archive is under `prefix`) up to date (no-op when off)."""
     if not enabled() or topic.format != "parquet":
         return []
     try:
         tables = Tables(store)
-        steps = tables.sync(prefix, topic.name, partition, say)
+        steps = tables.sync(prefix, topic.name, partition, say, table_name(topic.name, incarnation))
     except Exception as e:  # noqa: BLE001 - the catalog's, S3's or pyiceberg's own: say what holds
         raise TableError(
             f"{topic.name}/{partition}: the range is archived and its offset committed, but the topic's Iceberg "
@@ -68,17 +76,17 @@ class TableState:
     watermark: int | None  # the run's Kafka partition's: the table holds its records below this offset
 
 
-def table_state(store: Store, topic, partition: int) -> TableState | None:
+def table_state(store: Store, topic, partition: int, incarnation: int = 1) -> TableState | None:
     """The topic's table now (after keep_table's commit, or another run's since): None when tables are off."""
     if not enabled() or topic.format != "parquet":
         return None
     try:
         tables = Tables(store)
-        t = tables.table(topic.name, create=False)
+        t = tables.table(table_name(topic.name, incarnation), create=False)
     except Exception as e:  # noqa: BLE001 - the catalog's or S3's own: the archive itself is done
         raise TableError(f"{topic.name}: the Iceberg table's state could not be read ({type(e).__name__}: {e}); "
                          "check MATOS_ICEBERG_CATALOG and MATOS_S3_*") from None
-    name = ".".join(tables.identifier(topic.name))
+    name = ".".join(tables.identifier(table_name(topic.name, incarnation)))
     snap = t.current_snapshot() if t is not None else None
     if snap is None:
         return TableState(name, None, 0, 0, None)

@@ -158,12 +158,15 @@ class Tables:
 
     # -- keeping the table ---------------------------------------------------------------
 
-    def sync(self, prefix: str, topic: str, partition: int, say: Callable[[str], None] = log.info) -> list[Step]:
+    def sync(self, prefix: str, topic: str, partition: int, say: Callable[[str], None] = log.info,
+             table: str | None = None) -> list[Step]:
         """Add the partition's archived ranges from the table's watermark on, one commit a step;
-        the steps committed. Repairs a crash between a manifest and its commit, at any history."""
+        the steps committed. Repairs a crash between a manifest and its commit, at any history.
+        `table`: the table's name, by default the topic's (a later incarnation's has its own: hooks.py)."""
         from pyiceberg.exceptions import CommitFailedException
 
         archive = PartitionArchive(self.store, prefix, topic, partition)
+        topic = table or topic  # below: the table's name
         done: list[Step] = []
         tries = 0
         while True:

@@ -6,6 +6,10 @@ is the scale: the cursor holds a thousand partitions and more, so it keeps only 
 asked again (a partition at rest is its committed offset, one number), and the ranges a tick
 finds due go to as few runs as `most` allows (`batches`), each named by what it carries so that
 a tick evaluated twice asks for the same runs (Dagster drops a run key it has seen).
+
+Per topic the cursor also keeps Kafka's topic id (`TopicIds`): a topic deleted and created again
+under the same name has another id, and its partitions' states, which count the earlier log's
+offsets, start again from the new log (`created_again`, `restart`).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import base64
 import hashlib
 import json
 import zlib
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from matos_dagster.core.offsets.ranges import OffsetRange
 from matos_dagster.core.runs.policy import Offsets, PartitionState
@@ -25,8 +29,33 @@ _PACKED = "z:"  # a cursor compressed with zlib, then base64
 _PACK_ABOVE = 4096  # characters: Dagster keeps the cursor of every tick
 
 
-def read_cursor(text: str | None) -> dict[TP, PartitionState]:
-    """The states a cursor holds; an empty map for no cursor, or one of another version."""
+@dataclass
+class TopicIds:
+    """What the cursor keeps per topic: Kafka's topic id last seen (kept while the topic is missing, so
+    that its coming back is told from its first sight), and the topics seen created again (`earlier`:
+    their archive holds an earlier log, which a run must never adopt as the new log's)."""
+
+    ids: dict[str, str] = field(default_factory=dict)
+    earlier: set[str] = field(default_factory=set)
+
+
+def created_again(known: TopicIds, now: dict[str, str | None]) -> dict[str, tuple[str, str]]:
+    """The topics whose id `now` is not the one the cursor kept: `{topic: (id before, id now)}`. A topic
+    the broker gives no id (None), or seen for the first time, is not one."""
+    return {t: (known.ids[t], i) for t, i in sorted(now.items()) if i is not None and known.ids.get(t) not in (None, i)}
+
+
+def seen(known: TopicIds, now: dict[str, str | None], again: dict[str, tuple[str, str]]) -> TopicIds:
+    """The cursor's topic ids after a tick that saw `now` (a topic missing now keeps its last id)."""
+    return TopicIds({**known.ids, **{t: i for t, i in now.items() if i is not None}}, known.earlier | set(again))
+
+
+def restart(states: dict[TP, PartitionState], topics) -> dict[TP, PartitionState]:
+    """`states` without those of `topics`' partitions: a log created again starts from its own start."""
+    return {tp: s for tp, s in states.items() if tp[0] not in topics}
+
+
+def _doc(text: str | None) -> dict:
     if not text:
         return {}
     if text.startswith(_PACKED):
@@ -37,6 +66,18 @@ def read_cursor(text: str | None) -> dict[TP, PartitionState]:
         return {}
     if not isinstance(doc, dict) or doc.get("v") != VERSION:
         return {}  # a sensor per topic's cursor, or another version's: start afresh from Kafka
+    return doc
+
+
+def read_topics(text: str | None) -> TopicIds:
+    """The topic ids a cursor holds (none in a cursor written before they were kept)."""
+    doc = _doc(text)
+    return TopicIds(dict(doc.get("t", {})), set(doc.get("e", [])))
+
+
+def read_cursor(text: str | None) -> dict[TP, PartitionState]:
+    """The states a cursor holds; an empty map for no cursor, or one of another version."""
+    doc = _doc(text)
     out = {}
     for topic, parts in doc.get("p", {}).items():
         for p, state in parts.items():
@@ -46,16 +87,21 @@ def read_cursor(text: str | None) -> dict[TP, PartitionState]:
     return out
 
 
-def write_cursor(states: dict[TP, PartitionState], lows: dict[TP, int]) -> str:
+def write_cursor(states: dict[TP, PartitionState], lows: dict[TP, int], topics: TopicIds | None = None) -> str:
     """The cursor of `states`: a partition at rest (nothing in flight, nothing waiting, its next range
     starting where the committed offset, or else the log start in `lows`, says) as its committed
-    offset (null if none), compressed when long."""
+    offset (null if none), and `topics`' ids, compressed when long."""
     doc: dict[str, dict[str, object]] = {}
     for (topic, p), s in sorted(states.items()):
         base = s.committed if s.committed is not None else lows.get((topic, p))
         at_rest = s.done and s.oldest_start is None and s.next in (None, base)
         doc.setdefault(topic, {})[str(p)] = s.committed if at_rest else _lean(s).to_json()
-    text = json.dumps({"v": VERSION, "p": doc}, separators=(",", ":"))
+    out: dict = {"v": VERSION, "p": doc}
+    if topics is not None and topics.ids:
+        out["t"] = dict(sorted(topics.ids.items()))
+    if topics is not None and topics.earlier:
+        out["e"] = sorted(topics.earlier)
+    text = json.dumps(out, separators=(",", ":"))
     if len(text) > _PACK_ABOVE:
         text = _PACKED + base64.b64encode(zlib.compress(text.encode(), 9)).decode()
     return text
@@ -79,8 +125,12 @@ def batches(ranges: list[tuple[OffsetRange, int]], most: int) -> list[list[tuple
     return [ranges[i:i + most] for i in range(0, len(ranges), most)]
 
 
-def batch_key(ranges: list[tuple[OffsetRange, int]]) -> str:
-    """A run key naming what the run carries: the same ranges and attempts give the same key."""
-    digest = hashlib.sha256("\n".join(f"{r.key}#{a}" for r, a in sorted(ranges, key=lambda x: x[0].key)).encode())
+def batch_key(ranges: list[tuple[OffsetRange, int]], ids: dict[str, str] | None = None) -> str:
+    """A run key naming what the run carries: the same ranges and attempts give the same key. `ids`: the
+    topic ids of topics created again, which name their ranges' log: the new log's range [0, 100)
+    is not the earlier one's, whose run key Dagster has seen (and would drop)."""
+    ids = ids or {}
+    digest = hashlib.sha256("\n".join(f"{r.key}#{a}" + (f"@{ids[r.topic]}" if r.topic in ids else "")
+                                      for r, a in sorted(ranges, key=lambda x: x[0].key)).encode())
     first = min(r.key for r, _ in ranges)
     return f"ranges:{len(ranges)}:{first}:{digest.hexdigest()[:16]}"

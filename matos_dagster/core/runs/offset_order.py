@@ -86,7 +86,7 @@ def registered_below(keys: Iterable[str], target: OffsetRange) -> list[OffsetRan
 
 
 def plan(target: OffsetRange, topic, kafka, store, keys: Callable[[], Iterable[str]],
-         committed: int | None) -> list[OffsetRange]:
+         committed: int | None, prefix: str | None = None) -> list[OffsetRange]:
     """ranges_first for `target`, from the registered `keys`, the group's `committed` offset and Swift.
 
     `committed`: as the run read it after checking the partition (archive.check), before this;
@@ -104,7 +104,9 @@ def plan(target: OffsetRange, topic, kafka, store, keys: Callable[[], Iterable[s
     below = registered_below(keys(), target)
     if not below:
         return []
-    archive = PartitionArchive(store, layout.join(store.params.prefix, topic.prefix), target.topic, target.partition)
+    # `prefix`: of the topic's incarnation the run archives (core/swift/incarnations.py); None: the first's.
+    prefix = prefix or layout.join(store.params.prefix, topic.prefix)
+    archive = PartitionArchive(store, prefix, target.topic, target.partition)
     spans = []
     for e in archive.entries_from(base):
         if e.start >= target.start:

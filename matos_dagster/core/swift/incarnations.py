@@ -64,9 +64,12 @@ def record_name(prefix: str, topic: str) -> str:
 
 def read(store: Store, prefix: str, topic: str) -> list[Incarnation]:
     """The incarnations recorded, oldest first; `[FIRST]` when none is."""
-    doc = store.get_json(record_name(prefix, topic))
+    return _parse(store.get_json(record_name(prefix, topic))) or [FIRST]
+
+
+def _parse(doc: dict | None) -> list[Incarnation]:
     if not doc or not doc.get("incarnations"):
-        return [FIRST]
+        return []
     return [Incarnation(int(i["number"]), i.get("topic_id"), int(i.get("first_seen_ms") or 0))
             for i in sorted(doc["incarnations"], key=lambda i: i["number"])]
 
@@ -89,3 +92,41 @@ def named(incarnations: list[Incarnation], name: str | int | None) -> Incarnatio
 
 def write(store: Store, prefix: str, topic: str, incarnations: list[Incarnation]) -> None:
     store.put_json(record_name(prefix, topic), {"topic": topic, "incarnations": [i.to_json() for i in incarnations]})
+
+
+def observe(store: Store, prefix: str, topic: str, topic_id: str | None, now_ms: int,
+            earlier: bool = False) -> tuple[Incarnation, str | None]:
+    """The incarnation the log of id `topic_id` is, recorded if new; and a line to say when it is new.
+
+    - `topic_id` None (a broker that gives no id): the newest recorded, nothing recorded. Without
+      an id the two logs cannot be told apart; callers refuse what would mix them.
+    - an id the record holds: that incarnation (the usual case: one GET, no PUT).
+    - no record yet: the archive there (if any) is adopted as incarnation 1 of this id, unless
+      `earlier` says it belongs to an earlier log (the caller saw another id, or the topic
+      missing): then this log is incarnation 2, and the archive there incarnation 1 of no id.
+    - a record without this id: the topic was deleted and created again: the next number.
+
+    Two callers recording the same new id at once write the same numbers (one id exists at a
+    time), so the last PUT wins harmlessly.
+    """
+    if topic_id is None:
+        return current(store, prefix, topic), None
+    known = _parse(store.get_json(record_name(prefix, topic)))
+    for i in known:
+        if i.topic_id == topic_id:
+            return i, None
+    if not known and not earlier:
+        adopted = Incarnation(1, topic_id, now_ms)
+        write(store, prefix, topic, [adopted])
+        return adopted, None
+    before = known or [FIRST]
+    new = Incarnation(before[-1].number + 1, topic_id, now_ms)
+    write(store, prefix, topic, [*before, new])
+    return new, said(topic, before[-1], new, prefix)
+
+
+def said(topic: str, before: Incarnation, new: Incarnation, prefix: str) -> str:
+    """The one line that says a topic was created again."""
+    return (f"topic {topic!r} was deleted and created again (topic id {before.topic_id or 'unknown'} -> "
+            f"{new.topic_id}): its new log is archived from its own offset 0 as {new} under "
+            f"{layout.join(new.prefix(prefix), f'topic={topic}')}/, apart from {before}'s archive, which stays as it is")

@@ -27,6 +27,9 @@ columns. Readers read both: Parquet readers take any row groups, and the keys ar
 `{"<hour start, ms>": [records, bytes, first_offset, last_offset, max_timestamp]}`, records
 without a timestamp in none), and for a typed topic `typed` (its objects have typed columns). A
 matos-dagster that reads 1 and 2 only says of a version 3 manifest that it must be upgraded.
+4: `topic_id`, Kafka's id of the log the range was read from (null where the broker gives none),
+and `incarnation`, the number of that log among those that carried the topic's name
+(core/swift/incarnations.py); absent from older manifests, which are incarnation 1's.
 """
 
 from __future__ import annotations
@@ -37,8 +40,8 @@ from typing import Any
 from matos_dagster.core.days import buckets
 from matos_dagster.core.offsets.ranges import OffsetRange
 
-VERSION = 3
-VERSIONS = (1, 2, 3)  # what readers accept
+VERSION = 4
+VERSIONS = (1, 2, 3, 4)  # what readers accept
 OBJECT_KEYS = ("name", "records", "bytes", "md5", "first_offset", "last_offset", "min_timestamp", "max_timestamp")
 
 
@@ -46,9 +49,11 @@ class ManifestError(ValueError):
     pass
 
 
-def build(r: OffsetRange, fmt: str, objects: list[dict], typed: dict[str, str] | None = None) -> dict:
+def build(r: OffsetRange, fmt: str, objects: list[dict], typed: dict[str, str] | None = None,
+          topic_id: str | None = None, incarnation: int | None = None) -> dict:
     """The manifest of `r`'s objects; `typed`: the typed sides' formats ({"value": "avro"}), by default
-    those the objects' own `typed` entries name (none: an untyped manifest)."""
+    those the objects' own `typed` entries name (none: an untyped manifest). `incarnation`: the number of
+    the log read (with its Kafka `topic_id`, None if the broker gives none); None: neither key."""
     objects = sorted(objects, key=lambda o: o["first_offset"])
     if typed is None:
         typed = {side: t["format"] for o in objects for side, t in o.get("typed", {}).items()}
@@ -82,6 +87,7 @@ def build(r: OffsetRange, fmt: str, objects: list[dict], typed: dict[str, str] |
         **({"typed": typed_totals(typed, objects)} if typed else {}),
         **({"hours": buckets.to_json(buckets.merge(*(buckets.from_json(o["hours"]) for o in objects)))}
            if objects and all("hours" in o for o in objects) else {}),
+        **({"topic_id": topic_id, "incarnation": incarnation} if incarnation is not None else {}),
     }
 
 
@@ -150,6 +156,8 @@ class Manifest:
     replaces: list[list[int]] = _ABSENT  # a compacted range's: the ranges it contains (core/compact/)
     typed: dict = _ABSENT  # a typed topic's: per side, format, schema ids, counts (the objects' summed)
     hours: dict = _ABSENT  # per hour of event time: records, bytes, first and last offset, max timestamp
+    topic_id: str | None = _ABSENT  # Kafka's id of the log read (None: the broker gives none)
+    incarnation: int = _ABSENT  # that log's number among the topic's incarnations
 
     @property
     def range(self) -> OffsetRange:
@@ -190,7 +198,7 @@ class Manifest:
 
 
 _INTS = {"version", "partition", "start", "end", "records", "bytes", "record_bytes", "first_offset",
-         "last_offset", "min_timestamp", "max_timestamp", "largest_record_bytes"}
+         "last_offset", "min_timestamp", "max_timestamp", "largest_record_bytes", "incarnation"}
 
 
 def _typed(cls: type, doc: Any, what: str, skip: set[str] = frozenset()) -> dict:
