@@ -17,7 +17,9 @@ module on sqlite alone (one `dagster dev`); the PostgreSQL runs are `slow` (make
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -710,3 +712,77 @@ def test_a_topic_a_pattern_matches_created_while_the_daemon_runs_is_archived_wit
         wait_for(f"{asset.to_user_string()}'s ranges reported as materialised",
                  lambda: {parse_key(k).partition for k in dev.instance.get_materialized_partitions(asset)} == {0, 1},
                  120, dev)
+
+
+# -- a topic deleted and created again under the same name (a new incarnation) ---------------------
+
+
+def _tick_ended_after(dev: Dev, t: float):
+    """A lag sensor tick that started after `t` (a time.time()) and has ended."""
+    return [tick for tick in dev.lag_ticks(after=t) if tick.status != TickStatus.STARTED]
+
+
+def test_a_topic_created_again_is_archived_from_its_own_offset_0_by_the_daemon_with_or_without_a_tick_between(
+        dev, kafka, swift_server):
+    """Two topics archived, then deleted and created again under their names: one at once (no tick
+    of the lag sensor between), one after a tick saw it missing. The new logs' 200 records each are
+    archived by the daemon from offset 0 under incarnation 2's prefix and committed, the earlier
+    logs' archives keep their objects byte for byte, and the runs say it once each, in one line."""
+    from samples import delete_topic
+
+    from matos_dagster.core.kafka import many
+
+    at_once, after_tick = f"{dev.topic}-new-again-a", f"{dev.topic}-new-again-b"
+    names = (at_once, after_tick)
+    for name in names:
+        kafka.create_topic(name, 2)
+        produce(kafka, name, [(f"old{i}".encode(), b"earlier log", [], i % 2) for i in range(300)])
+    swift = SwiftResource(auth_url=swift_server.auth_url, user=swift_server.user, key=swift_server.key,
+                          container=dev.container)
+
+    def earlier_objects(store, name):
+        _, items = store._conn.get_container(store.container, full_listing=True)
+        return {i["name"]: i["hash"] for i in items if f"/topic={name}/" in i["name"] and "/incarnation=" not in i["name"]}
+
+    with shows_log(dev), swift.store() as store:
+        for name in names:
+            wait_for(f"{name}'s earlier log archived", lambda n=name: kafka.committed(n, [0, 1], GROUP) == {0: 150, 1: 150},
+                     240, dev)
+        before = {name: earlier_objects(store, name) for name in names}
+        old_ids = many.topic_ids(kafka, names)
+
+        delete_topic(kafka, after_tick)
+        t = time.time()
+        wait_for("a tick that saw it missing", lambda: _tick_ended_after(dev, t), 60, dev, every=0.5)
+        gone_at = time.time()
+        delete_topic(kafka, at_once)  # right after a tick: the next is INTERVAL_S after it
+        for name in names:
+            kafka.create_topic(name, 2)
+        created_at = time.time()
+        created = datetime.datetime.fromtimestamp(gone_at, datetime.timezone.utc)
+        for name in names:
+            produce(kafka, name, [(f"new{i}".encode(), b"new log", [], i % 2) for i in range(200)])
+        for name in names:
+            wait_for(f"{name}'s new log archived and committed",
+                     lambda n=name: kafka.committed(n, [0, 1], GROUP) == {0: 100, 1: 100}, 240, dev)
+        runs = wait_for("the runs finish", lambda: (rs := [r.dagster_run for r in dev.instance.get_run_records(
+            filters=RunsFilter(created_after=created, tags={SENSOR_TAG: dev.lag_sensor}))])
+            and all(r.status in _TERMINAL for r in rs) and rs, 120, dev)
+        between = [tick for tick in dev.lag_ticks(after=gone_at) if tick.timestamp < created_at]
+        assert not between, "a tick came between the deletion and the creation: the machine is too slow for this case"
+
+        new_ids = many.topic_ids(kafka, names)
+        for name in names:
+            assert new_ids[name] not in (None, old_ids[name])
+            docs = sorted((d["partition"], d["start"], d["end"], d.get("topic_id"), d.get("incarnation"))
+                          for d in manifests(store, name) if d.get("incarnation") == 2)
+            assert [(p, s) for p, s, _, _, _ in docs] == [(0, 0), (1, 0)] and {d[2] for d in docs} == {100}, docs
+            assert {(d[3], d[4]) for d in docs} == {(new_ids[name], 2)}
+            assert earlier_objects(store, name) == before[name], "the earlier log's archive is untouched"
+            new = [m for m in manifests(store, name) if m.get("incarnation") == 2]
+            assert sum(m["records"] for m in new) == 200
+            for m in new:
+                assert read_archive(store, m) == read_kafka(kafka, name, m["partition"])
+        lines = [e.user_message for r in runs for e in dev.instance.all_logs(r.run_id)
+                 if e.level == logging.WARNING and "deleted and created again" in (e.user_message or "")]
+        assert sorted(n for n in names for line in lines if f"'{n}'" in line) == sorted(names), lines

@@ -9,6 +9,7 @@ and whether the group's committed offset of the earlier log survived or not.
 
 from __future__ import annotations
 
+import logging
 import uuid
 
 import pytest
@@ -138,3 +139,37 @@ def test_a_topic_created_again_is_archived_from_its_own_offset_0_apart_from_the_
         result, runs = estate.tick_and_run()
         said = capfd.readouterr()
         assert not result.run_requests and "deleted and created again" not in said.out + said.err
+
+
+def test_a_run_of_one_range_of_a_topic_created_again_archives_it_into_the_new_incarnation(
+        kafka, swift, spark_resource, tmp_path):
+    """`matos archive KEY` or the UI: the asset's run looks the topic id up itself, records the new
+    incarnation, and never writes the new log's range over the earlier log's range of the same span."""
+    from dagster import DagsterInstance, materialize
+
+    from matos_dagster.assets.archive import archive_asset
+
+    name = f"again-{uuid.uuid4().hex[:8]}"
+    create(kafka, name, partitions=1)
+    topic = TopicConfig(name, group=f"g-{uuid.uuid4().hex[:6]}")
+    first = OffsetRange(name, 0, 0, 40)
+    resources = {"kafka": kafka, "swift": swift, "spark": spark_resource}
+    with DagsterInstance.local_temp(str(tmp_path)) as instance, swift.store() as store:
+        instance.add_dynamic_partitions(topic.partitions_name, [first.key])
+        produce(kafka, name, [(f"old{i}".encode(), b"earlier log", [], 0) for i in range(40)])
+        materialize([archive_asset(topic)], partition_key=first.key, instance=instance, resources=resources)
+        before = objects(store, name)
+        delete_topic(kafka, name)
+        create(kafka, name, partitions=1)
+        produce(kafka, name, [(f"new{i}".encode(), b"new log", [], 0) for i in range(40)])
+
+        result = materialize([archive_asset(topic)], partition_key=first.key, instance=instance, resources=resources)
+        (mat,) = result.asset_materializations_for_node(topic.asset_name)
+        assert mat.metadata["manifest"].value.startswith(f"kafka/incarnation=2/topic={name}/")
+        assert mat.metadata["records_written"].value == 40 and mat.metadata["committed_offset"].value == 40
+        assert objects(store, name) == before, "the earlier log's range of the same span is untouched"
+        (doc,) = [d for d in manifests(store, name) if d.get("incarnation") == 2]
+        assert read_archive(store, doc) == read_kafka(kafka, name, 0, 0)
+        warnings = [e.user_message for e in instance.all_logs(result.run_id) if e.level == logging.WARNING
+                    and "deleted and created again" in (e.user_message or "")]
+        assert len(warnings) == 1, warnings
