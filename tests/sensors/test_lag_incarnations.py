@@ -62,9 +62,10 @@ class Estate:
 
 
 def objects(store, topic: str) -> dict[str, str]:
-    """Every object of the topic's first incarnation (the topic's own prefix), with its md5."""
+    """Every object and manifest of the topic's first incarnation's ranges (the topic's own prefix), with its md5."""
     _, items = store._conn.get_container(store.container, full_listing=True)
-    return {i["name"]: i["hash"] for i in items if f"/topic={topic}/" in i["name"] and "/incarnation=" not in i["name"]}
+    return {i["name"]: i["hash"] for i in items
+            if f"/topic={topic}/partition=" in i["name"] and "/incarnation=" not in i["name"]}
 
 
 def create(kafka, name: str, partitions: int = 2) -> None:

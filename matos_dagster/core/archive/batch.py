@@ -190,11 +190,13 @@ class _Run:
                     f"{expected} then, {tid or 'none'} now): not archived, as its offsets would be the new log's; "
                     "the lag sensor requests the new log's ranges, from its offset 0"), True
             return
+        tps = [tp for tp in self.known if tp[0] == name]
+        # An archive evidently of an earlier log (a committed offset past the log end) is never adopted.
+        earlier = name in self.earlier or any((self.committed[tp] or 0) > self.marks[tp][1] for tp in tps)
         try:
             inc, line = incarnations.observe(store, _prefix(store, topic), name, tid, int(time.time() * 1000),
-                                             earlier=name in self.earlier)
+                                             earlier=earlier)
             if line is not None:  # recorded by this run: a committed offset of the earlier log is stale
-                tps = [tp for tp in self.known if tp[0] == name]
                 fresh = restart(self.kafka, topic.group, {tp: self.committed[tp] for tp in tps},
                                 {tp: self.marks[tp][0] for tp in tps})
         except Exception as e:  # noqa: BLE001 - this topic's ranges are not archived; the others go on
