@@ -12,6 +12,7 @@ from dagster import Config, Failure, MetadataValue, OpExecutionContext, Output, 
 from pydantic import Field
 
 from matos_dagster.core.archive import loss
+from matos_dagster.core.archive.range_run import current_incarnation
 from matos_dagster.core.swift import layout
 from matos_dagster.core.topic_set import as_set, not_found
 from matos_dagster.names import DEFAULT, Names
@@ -39,7 +40,9 @@ def acknowledge_loss_job(topics, names: Names = DEFAULT):
         span = (None, None) if (config.start, config.end) == (-1, -1) else (config.start, config.end)
         with swift.store() as store:
             try:
-                done = loss.acknowledge(kafka, store, layout.join(store.params.prefix, topic.prefix), topic,
+                # Into the topic's current log's archive (a topic created again: its incarnation's).
+                inc = current_incarnation(kafka, store, topic, context.log.warning)
+                done = loss.acknowledge(kafka, store, inc.prefix(layout.join(store.params.prefix, topic.prefix)), topic,
                                         config.partition, config.reason, *span)
             except loss.LossRefused as e:
                 raise Failure(description=f"nothing recorded: {e}") from None

@@ -20,8 +20,9 @@ from pydantic import Field
 
 from matos_dagster.core.archive import loss
 from matos_dagster.core.archive.commit import prefix_end, unarchived
+from matos_dagster.core.kafka import many
 from matos_dagster.core.offsets.ranges import OffsetRange, cut
-from matos_dagster.core.swift import layout
+from matos_dagster.core.swift import incarnations, layout
 from matos_dagster.core.swift.archived import PartitionArchive
 from matos_dagster.core.swift.store import Store
 from matos_dagster.core.topic_set import as_set, not_found
@@ -56,7 +57,7 @@ def add_ranges_job(topics, names: Names = DEFAULT):
         marks = kafka.watermarks(topic.name, chosen)
         committed = kafka.committed(topic.name, chosen, topic.group)
         keys: list[str] = []
-        store = None
+        store = prefix = None
         try:
             for p in chosen:
                 low, high = marks[p]
@@ -70,7 +71,11 @@ def add_ranges_job(topics, names: Names = DEFAULT):
                 OffsetRange(topic.name, p, base, end)  # refuses end <= start with a clear message
                 if store is None:
                     store = Store(swift.params())  # reading only: a missing container is an empty archive
-                archive = PartitionArchive(store, layout.join(store.params.prefix, topic.prefix), topic.name, p)
+                if prefix is None:  # the current log's archive (a topic created again: its incarnation's)
+                    base_prefix = layout.join(store.params.prefix, topic.prefix)
+                    tid = many.topic_ids(kafka, [topic.name])[topic.name]
+                    prefix = incarnations.looked_up(store, base_prefix, topic.name, tid).prefix(base_prefix)
+                archive = PartitionArchive(store, prefix, topic.name, p)
                 # From the committed offset on only: the history below it is never listed.
                 start = prefix_end(archive, base) if config.start == -1 else base
                 todo = unarchived(archive, start, end) if start < end else []

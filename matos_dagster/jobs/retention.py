@@ -30,7 +30,7 @@ from dagster import (
 from pydantic import Field
 
 from matos_dagster.core.runs import retention
-from matos_dagster.core.swift import layout
+from matos_dagster.core.swift import incarnations, layout
 from matos_dagster.core.swift.store import Store
 from matos_dagster.core.kafka import many
 from matos_dagster.core.topic_set import as_set
@@ -113,7 +113,9 @@ def prune_keys(instance: DagsterInstance, topic: TopicConfig, kafka, store, keep
         return 0, len(keys)
     parts = kafka.partitions(topic.name)
     committed = kafka.committed(topic.name, parts, topic.group)
+    # Keys name ranges of the topic's current incarnation (a topic created again: its own prefix).
     prefix = layout.join(store.params.prefix, topic.prefix)
+    prefix = incarnations.current(store, prefix, topic.name).prefix(prefix)
     removed = 0
     for r in retention.prunable_keys(keys, keep, committed, in_flight):
         # One HEAD per key removed: the work follows the keys added since the last run, not history.

@@ -130,3 +130,16 @@ def said(topic: str, before: Incarnation, new: Incarnation, prefix: str) -> str:
     return (f"topic {topic!r} was deleted and created again (topic id {before.topic_id or 'unknown'} -> "
             f"{new.topic_id}): its new log is archived from its own offset 0 as {new} under "
             f"{layout.join(new.prefix(prefix), f'topic={topic}')}/, apart from {before}'s archive, which stays as it is")
+
+
+def looked_up(store: Store, prefix: str, topic: str, topic_id: str | None) -> Incarnation:
+    """`observe` without writing, for readers of the current log's archive (pending ranges, key pruning):
+    the incarnation of `topic_id` if recorded; else the one a run would record for it (the first, if
+    none is recorded; else the next, whose archive is empty yet)."""
+    known = _parse(store.get_json(record_name(prefix, topic)))
+    if topic_id is None:
+        return known[-1] if known else FIRST
+    for i in known:
+        if i.topic_id == topic_id:
+            return i
+    return Incarnation(known[-1].number + 1, topic_id) if known else Incarnation(1, topic_id)

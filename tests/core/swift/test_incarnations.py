@@ -52,3 +52,13 @@ def test_a_broker_without_topic_ids_records_nothing_and_gets_the_newest_incarnat
     incarnations.observe(store, "p", "orders", NEW, 20)
     assert incarnations.observe(store, "p", "orders", None, 30)[0].number == 2
     assert store.puts == 2
+
+
+def test_a_reader_of_the_current_log_looks_its_incarnation_up_without_recording_it():
+    store = DictStore()
+    assert incarnations.looked_up(store, "p", "orders", OLD) == Incarnation(1, OLD)
+    incarnations.observe(store, "p", "orders", OLD, 10)
+    assert incarnations.looked_up(store, "p", "orders", OLD) == Incarnation(1, OLD, 10)
+    assert incarnations.looked_up(store, "p", "orders", NEW).number == 2
+    assert incarnations.looked_up(store, "p", "orders", None).number == 1
+    assert store.puts == 1
