@@ -71,10 +71,14 @@ def lag_sensor(topics, interval_s: int, name: str = NAME, names: Names = DEFAULT
             existing = many.topics(kafka)
             resolved = topics.resolve(existing)
             watched = [t for t in resolved.topics if t.name in existing]
-            tps = [(t.name, p) for t in watched for p in existing[t.name]]
-            marks = many.watermarks(kafka, tps)
             ids = many.topic_ids(kafka, [t.name for t in watched])
             known = estate.read_topics(context.cursor)
+            # A topic whose id the cursor knows but Kafka does not give yet is being created (again):
+            # left for the next tick, as `many.topics` leaves a topic being created.
+            waiting = {t.name for t in watched if ids[t.name] is None and t.name in known.ids}
+            watched = [t for t in watched if t.name not in waiting]
+            tps = [(t.name, p) for t in watched for p in existing[t.name]]
+            marks = many.watermarks(kafka, tps)
             again = estate.created_again(known, ids)
             states = estate.restart(states, again)
             committed: dict[tuple[str, int], int | None] = {}
@@ -137,6 +141,7 @@ def lag_sensor(topics, interval_s: int, name: str = NAME, names: Names = DEFAULT
             elif d.warning or (d.state.key and not d.state.done):  # a loss, a give-up, a range in flight
                 reasons.append(f"{topic.name}/{p}: {d.reason}")
 
+        kept.update({tp: s for tp, s in states.items() if tp[0] in waiting})  # as they were, for the next tick
         most = int(settings.get("MATOS_RUN_MAX_RANGES"))
         requests = []
         for batch in estate.batches(due, most):

@@ -10,6 +10,7 @@ and whether the group's committed offset of the earlier log survived or not.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 
 import pytest
@@ -71,6 +72,10 @@ def objects(store, topic: str) -> dict[str, str]:
 def create(kafka, name: str, partitions: int = 2) -> None:
     admin = kafka.admin()
     admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])[name].result(timeout=30)
+    deadline = time.monotonic() + 30
+    while many.topic_ids(kafka, [name])[name] is None:  # the broker's metadata catches up
+        assert time.monotonic() < deadline, f"topic {name} has no topic id 30 s after its creation"
+        time.sleep(0.2)
 
 
 @pytest.mark.parametrize("tick_between", [False, True], ids=["no-tick-between", "a-tick-saw-it-missing"])
