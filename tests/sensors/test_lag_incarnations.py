@@ -179,3 +179,19 @@ def test_a_run_of_one_range_of_a_topic_created_again_archives_it_into_the_new_in
         warnings = [e.user_message for e in instance.all_logs(result.run_id) if e.level == logging.WARNING
                     and "deleted and created again" in (e.user_message or "")]
         assert len(warnings) == 1, warnings
+
+
+def test_without_topic_ids_a_partition_whose_committed_offset_is_past_its_log_end_is_refused_not_guessed(
+        kafka, swift, spark, new_topic, monkeypatch):
+    """A broker that gives no topic id (the zero UUID, before Kafka 2.8): the archive cannot tell a log
+    created again from the earlier one, so a partition that shows the sign of it (the group's offset
+    past the log end) is refused in one line naming what to do, and nothing is written or committed."""
+    name = new_topic()
+    topic = TopicConfig(name, group=f"g-{uuid.uuid4().hex[:6]}")
+    produce(kafka, name, [(b"k", b"v", [], 0)] * 20)
+    kafka.commit(name, {0: 50}, topic.group)  # the earlier log's offset, kept by the group
+    monkeypatch.setattr(many, "topic_ids", lambda kafka, names: {n: None for n in names})
+    with swift.store() as store:
+        (o,) = archive_batch([(OffsetRange(name, 0, 0, 20), topic)], kafka, store, spark).outcomes
+        assert o.refused and "gives no topic id" in o.error and "prefix" in o.error and "\n" not in o.error
+        assert manifests(store, name) == [] and kafka.committed(name, [0], topic.group) == {0: 50}
