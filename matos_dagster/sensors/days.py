@@ -14,6 +14,10 @@ A completed window is reported with the metadata and data version the asset's ow
 (`assets/windows.py`'s `window_result`), so what depends on the day (automation) sees a new
 materialisation either way. Each topic's cursor is the last window reported (its journal place): a
 tick that did not end is reported again by the next.
+
+A topic deleted and created again: the incarnation whose log Kafka holds (its topic id; the cursor
+keeps it, so Swift is asked only when the id changes) is evaluated against Kafka's offsets; each
+earlier one is closed first (core/days/read.py's `close`), so its last days complete.
 """
 
 import hashlib

@@ -101,7 +101,7 @@ def test_verify_judges_the_current_incarnation_against_kafka_and_names_the_earli
     assert not [p for p in report.problems if p.kind == BEYOND_END]
     (line,) = [n for n in report.notes if "new log" in n]
     assert line == (f"Kafka's topic {logs.name} is a new log (topic id {logs.id2}) since incarnation 1: archived as "
-                    "incarnation 2; verify an earlier one with --incarnation N (N of 1)"), line
+                    "incarnation 2; verify the earlier one with --incarnation 1"), line
 
 
 def test_verify_of_the_earlier_incarnation_checks_its_own_archive_and_says_kafka_no_longer_has_it(logs):

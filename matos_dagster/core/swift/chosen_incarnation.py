@@ -73,10 +73,10 @@ def line(topic: str, chosen: Chosen, kafka_id: str | None) -> str | None:
     if kafka_holds(chosen, kafka_id):
         if mine.number == 1:
             return None
-        earlier = ", ".join(str(i.number) for i in chosen.all if i.number < mine.number)
+        which = ("the earlier one with --incarnation 1" if mine.number == 2
+                 else f"an earlier one with --incarnation N (1 to {mine.number - 1})")
         return (f"Kafka's topic {topic} is a new log (topic id {kafka_id or 'unknown'}) since incarnation "
-                f"{mine.number - 1}: archived as incarnation {mine.number}; verify an earlier one with "
-                f"--incarnation N (N of {earlier})")
+                f"{mine.number - 1}: archived as incarnation {mine.number}; verify {which}")
     if now.number > chosen.all[-1].number:
         where = (f"a new log (topic id {kafka_id}) that the archive has not met yet: the lag sensor archives it "
                  f"as incarnation {now.number}")
