@@ -7,7 +7,9 @@ by their offsets and min/max timestamps, objects by theirs; rows are then filter
 range without a manifest is never read; an acknowledged loss holds no records and is skipped
 with a note. Planning is bounded (archived.py): an offset window lists entries from its start
 to its end, a time window finds its first range by a binary search over offsets, whatever the
-history below. No Dagster imports.
+history below. A topic deleted and created again has incarnations, each its own log with its own
+offsets (core/swift/incarnations.py): a read takes one, the newest unless told (`incarnation=`).
+No Dagster imports.
 """
 
 from __future__ import annotations
