@@ -139,10 +139,11 @@ def evaluate(instance: DagsterInstance, kafka: KafkaResource, swift: SwiftResour
             order.sort(key=lambda x: x[:2])  # the stalest first
             # The current incarnation of each topic (Kafka's topic id): the one judged against Kafka's
             # offsets; an earlier one's offsets are another log's, never gaps or loss of this one.
-            ids = many.topic_ids(kafka, [t.name for _, _, t in order]) if order else {}
+            ids = many.topic_ids(kafka, [t.name for _, _, t in order if t.name in offsets]) if order else {}
             current = {t.name: chosen_incarnation.kafkas(
                 store, _prefix(params.prefix, t), t.name, ids.get(t.name),
-                (previous.get(t.name, NEVER).raw.get("archive_state") or {}).get("incarnation")) for _, _, t in order}
+                (previous.get(t.name, NEVER).raw.get("archive_state") or {}).get("incarnation"))
+                for _, _, t in order if t.name in offsets}  # a topic not in Kafka: no verdict of Swift's
             where = {name: f"{params.container}/{prefix}" for name, (_, prefix) in current.items()}
             wanted = {(t.name, p): o for _, _, t in order if t.name in offsets
                       for p, o in verdict.waiting(previous.get(t.name, NEVER), offsets[t.name], where[t.name]).items()}
@@ -159,9 +160,7 @@ def evaluate(instance: DagsterInstance, kafka: KafkaResource, swift: SwiftResour
             else:
                 v = verdict.judge(t, offsets[name], oldest.get(name, {}), prev, where[name], current[name][1],
                                   store, now)
-                carried_on = chosen_incarnation.handed_on(current[name][0], ids.get(name))
-                if carried_on is not None:
-                    v.state["incarnation"] = carried_on
+                v.state["incarnation"] = chosen_incarnation.handed_on(current[name][0], ids.get(name))
             out.evaluations.append(check_evaluation(v, names))
     finally:
         store.close()

@@ -97,9 +97,8 @@ def days_sensor(topics: TopicSet, tick_s: int, rest_s: float = REST_S, budget_s:
                         events += [e for e, _ in closed.events] + [e for e, _ in reported]
                         requested = evaluate.last_cursor([w for _, w in reported], mine.get("requested", ""))
                         kept = {"seen": seen[t.name], "at": now, "requested": requested}
-                        held = chosen_incarnation.handed_on(found, ids.get(t.name))
-                        if held is not None:  # Swift is asked for the incarnations only when Kafka's id changes
-                            kept["incarnation"] = held
+                        # Swift is asked for the incarnations again only when Kafka's topic id changes.
+                        kept["incarnation"] = chosen_incarnation.handed_on(found, ids.get(t.name))
                         if closed.numbers:
                             kept["closed"] = closed.numbers
                         cursor[t.name] = kept

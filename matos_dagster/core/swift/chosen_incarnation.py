@@ -102,13 +102,15 @@ def kafkas(store: Callable[[], Store], prefix: str, topic: str, kafka_id: str | 
     """The incarnation whose log Kafka holds now (`of_kafka`) and its prefix: what the monitor and the
     days judge against Kafka's offsets. `known`: what an earlier look handed on (`handed_on`): while
     Kafka's topic id is still that one, Swift is not asked (`store` opens it on first use)."""
-    if known and kafka_id is not None and known.get("topic_id") == kafka_id and isinstance(known.get("number"), int):
+    # Without an id from Kafka nothing can tell a new log apart (no new incarnation is ever recorded
+    # then): the one handed on holds as well.
+    if known and "topic_id" in known and known["topic_id"] == kafka_id and isinstance(known.get("number"), int):
         found = Incarnation(known["number"], kafka_id)
     else:
         found = of_kafka(incarnations.read(store(), prefix, topic), kafka_id)
     return found, found.prefix(prefix)
 
 
-def handed_on(found: Incarnation, kafka_id: str | None) -> dict | None:
-    """What `kafkas` takes back as `known` next time (None: Kafka gave no id, nothing to carry)."""
-    return None if kafka_id is None else {"number": found.number, "topic_id": kafka_id}
+def handed_on(found: Incarnation, kafka_id: str | None) -> dict:
+    """What `kafkas` takes back as `known` next time."""
+    return {"number": found.number, "topic_id": kafka_id}
