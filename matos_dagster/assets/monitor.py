@@ -32,7 +32,7 @@ from matos_dagster.core.kafka import many
 from matos_dagster.core.monitor import report as monitor
 from matos_dagster.core.monitor import verdict
 from matos_dagster.core.monitor.verdict import NEVER, Previous, Verdict
-from matos_dagster.core.swift import layout
+from matos_dagster.core.swift import chosen_incarnation, layout
 from matos_dagster.core.swift.store import Store
 from matos_dagster.core.topics import TopicConfig
 from matos_dagster.dagster_compat import AssetCheckExecutionRecordStatus
@@ -121,28 +121,35 @@ def evaluate(instance: DagsterInstance, kafka: KafkaResource, swift: SwiftResour
     now = time.time()
     out = Evaluated()
     params = swift.params()
-    with kafka.kept_clients():  # one admin and one consumer per group for every question
-        listing = many.topics(kafka) if listing is None else listing
-        offsets = verdict.kafka_offsets(kafka, list(topics), listing) if offsets is None else offsets
-        previous = read_previous(instance, topics, names)
-        order = []
-        for t in topics:
-            prev = previous.get(t.name, NEVER)
-            why = "asked" if max_age_s is None else verdict.is_due(prev, offsets.get(t.name), now, max_age_s)
-            if why is None:
-                out.fresh += 1
-            else:
-                out.due[t.name] = why
-                order.append((prev.t, t.name, t))
-        order.sort(key=lambda x: x[:2])  # the stalest first
-        where = {t.name: f"{params.container}/{_prefix(params.prefix, t)}" for _, _, t in order}
-        wanted = {(t.name, p): o for _, _, t in order if t.name in offsets
-                  for p, o in verdict.waiting(previous.get(t.name, NEVER), offsets[t.name], where[t.name]).items()}
-        oldest: dict[str, dict[int, int | None]] = {}
-        for (name, p), ts in many.first_timestamps(kafka, wanted).items():
-            oldest.setdefault(name, {})[p] = ts
-    store = _Lazy(swift)
+    store = _Lazy(swift)  # opened only if a verdict (or a topic's incarnation) needs Swift
     try:
+        with kafka.kept_clients():  # one admin and one consumer per group for every question
+            listing = many.topics(kafka) if listing is None else listing
+            offsets = verdict.kafka_offsets(kafka, list(topics), listing) if offsets is None else offsets
+            previous = read_previous(instance, topics, names)
+            order = []
+            for t in topics:
+                prev = previous.get(t.name, NEVER)
+                why = "asked" if max_age_s is None else verdict.is_due(prev, offsets.get(t.name), now, max_age_s)
+                if why is None:
+                    out.fresh += 1
+                else:
+                    out.due[t.name] = why
+                    order.append((prev.t, t.name, t))
+            order.sort(key=lambda x: x[:2])  # the stalest first
+            # The current incarnation of each topic (Kafka's topic id): the one judged against Kafka's
+            # offsets; an earlier one's offsets are another log's, never gaps or loss of this one.
+            ids = many.topic_ids(kafka, [t.name for _, _, t in order if t.name in offsets]) if order else {}
+            current = {t.name: chosen_incarnation.kafkas(
+                store, _prefix(params.prefix, t), t.name, ids.get(t.name),
+                (previous.get(t.name, NEVER).raw.get("archive_state") or {}).get("incarnation"))
+                for _, _, t in order if t.name in offsets}  # a topic not in Kafka: no verdict of Swift's
+            where = {name: f"{params.container}/{prefix}" for name, (_, prefix) in current.items()}
+            wanted = {(t.name, p): o for _, _, t in order if t.name in offsets
+                      for p, o in verdict.waiting(previous.get(t.name, NEVER), offsets[t.name], where[t.name]).items()}
+            oldest: dict[str, dict[int, int | None]] = {}
+            for (name, p), ts in many.first_timestamps(kafka, wanted).items():
+                oldest.setdefault(name, {})[p] = ts
         for i, (_, name, t) in enumerate(order):
             if deadline is not None and i and time.monotonic() >= deadline:
                 out.left = [n for _, n, _ in order[i:]]
@@ -151,8 +158,9 @@ def evaluate(instance: DagsterInstance, kafka: KafkaResource, swift: SwiftResour
             if name not in offsets:
                 v = verdict.missing(t, prev)
             else:
-                v = verdict.judge(t, offsets[name], oldest.get(name, {}), prev, where[name], _prefix(params.prefix, t),
+                v = verdict.judge(t, offsets[name], oldest.get(name, {}), prev, where[name], current[name][1],
                                   store, now)
+                v.state["incarnation"] = chosen_incarnation.handed_on(current[name][0], ids.get(name))
             out.evaluations.append(check_evaluation(v, names))
     finally:
         store.close()

@@ -34,7 +34,7 @@ from dagster import (
 
 from matos_dagster.core.days import evaluate, windows
 from matos_dagster.core.days.completeness import Rules
-from matos_dagster.core.days.read import WindowNotComplete, read_window, window_record
+from matos_dagster.core.days.read import WindowNotComplete, read_window, window_records
 from matos_dagster.core.swift import layout
 from matos_dagster.core.topics import TopicConfig
 from matos_dagster.names import DEFAULT, Names
@@ -73,7 +73,8 @@ def windows_asset(topic: TopicConfig, names: Names = DEFAULT):
         with names.resource(context, "swift").store() as store:
             prefix = layout.join(store.params.prefix, topic.prefix)
             try:
-                doc = window_record(store, prefix, topic.name, context.partition_key)
+                # The newest incarnation's record of it (a topic created again has one per incarnation).
+                doc = window_records(store, prefix, topic.name, context.partition_key)[-1][1]
             except WindowNotComplete as e:
                 raise Failure(str(e)) from None
         return window_result(doc)

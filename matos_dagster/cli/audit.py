@@ -15,6 +15,7 @@ from typing import Any
 from matos_dagster.cli.common import prog
 from matos_dagster.core import settings, topics
 from matos_dagster.core.swift import layout
+from matos_dagster.core.swift.incarnations import IncarnationError
 from matos_dagster.core.swift.store import Store
 from matos_dagster.core.verify.audit import EVERYTHING, FROM_MARK, verify_topic
 
@@ -53,6 +54,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        "move the audit marks")
     where.add_argument("--from", type=int, dest="from_offset", metavar="OFFSET",
                        help="audit each partition from OFFSET on (the marks move only if OFFSET is at or below them)")
+    parser.add_argument("--incarnation", default=None, metavar="N|TOPIC_ID",
+                        help="which log of the topic's name, when it was deleted and created again: its number (1 "
+                        "the first) or Kafka's topic id; default: the newest. Only the log Kafka still holds is "
+                        "compared with Kafka")
 
 
 def run(args: argparse.Namespace, error=None) -> int:
@@ -83,7 +88,11 @@ def run(args: argparse.Namespace, error=None) -> int:
         # A plain Store, not swift.store(): verifying must not create a missing container.
         with Store(params) as store:
             report = verify_topic(kafka, store, layout.join(params.prefix, topic.prefix), topic,
-                                  None if args.full else args.sample, since=since, move_mark=True)
+                                  None if args.full else args.sample, since=since, move_mark=True,
+                                  incarnation=args.incarnation)
+    except IncarnationError as e:  # a number or id the archive does not have: a usage error
+        print(f"verify: --incarnation: {e}", file=sys.stderr)
+        return 2
     except Exception as e:  # noqa: BLE001 - Kafka or Swift unreachable, a bad setting: not verified
         print(f"verify: could not verify {args.topic}: {e}", file=sys.stderr)
         return 1

@@ -7,7 +7,9 @@ by their offsets and min/max timestamps, objects by theirs; rows are then filter
 range without a manifest is never read; an acknowledged loss holds no records and is skipped
 with a note. Planning is bounded (archived.py): an offset window lists entries from its start
 to its end, a time window finds its first range by a binary search over offsets, whatever the
-history below. No Dagster imports.
+history below. A topic deleted and created again has incarnations, each its own log with its own
+offsets (core/swift/incarnations.py): a read takes one, the newest unless told (`incarnation=`).
+No Dagster imports.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from matos_dagster.core.records.schema import SCHEMA
 from matos_dagster.core.spark.frames import frame_types
 from matos_dagster.core.spark.tasks import item_frame
 from matos_dagster.core.swift.archived import LOSS, RANGE, Entry, PartitionArchive, archived_partitions
+from matos_dagster.core.swift.chosen_incarnation import choose
 from matos_dagster.core.swift.footers import object_schemas
 from matos_dagster.core.swift.store import Store, SwiftParams
 
@@ -238,6 +241,7 @@ def read_table(
     until_ms: int | None = None,
     scan_all: bool = False,
     say: Callable[[str], None] | None = None,
+    incarnation: str | int | None = None,
 ) -> pa.Table:
     """The selected archived records as one Arrow table, read in this process.
 
@@ -262,6 +266,13 @@ def read_table(
             range by binary search: for producers that stamp records out of timestamp order.
         say: Where notes on acknowledged losses in the selection go (they hold no records);
             None: an `AcknowledgedLoss` warning.
+        incarnation: Which log of the topic's name, when the topic was deleted and created
+            again: its number (1 the first) or Kafka's topic id; None: the newest. Each
+            incarnation is its own log, with its own offsets from 0: a read takes one of them.
+
+    Raises:
+        IncarnationError: The archive has no such incarnation of the topic (the message names
+            those it has).
 
     Returns:
         A `pyarrow.Table` with the columns of the record table (topic, partition, offset,
@@ -270,16 +281,25 @@ def read_table(
     """
     store, own = _store(store_or_params)
     try:
-        windows = windows_for(store, prefix, topic, partitions, start, end, since_ms, until_ms)
-        by_partition = {w.partition: w for w in windows}
-        tables = []
-        for doc in _selected(store, prefix, topic, windows, scan_all, say):
-            w = by_partition[doc["partition"]]
-            for o in needed_objects(doc, w):
-                tables.append(filter_rows(read_object(store, o["name"], doc["format"]), w))
+        prefix = choose(store, prefix, topic, incarnation).prefix
+        return read_incarnation(store, prefix, topic, partitions, start, end, since_ms, until_ms, scan_all, say)
     finally:
         if own:
             store.close()
+
+
+def read_incarnation(store: Store, prefix: str, topic: str, partitions: Iterable[int] | None = None,
+                     start: int | None = None, end: int | None = None, since_ms: int | None = None,
+                     until_ms: int | None = None, scan_all: bool = False,
+                     say: Callable[[str], None] | None = None) -> pa.Table:
+    """`read_table` of the archive under `prefix` as it is (an incarnation's prefix, already chosen)."""
+    windows = windows_for(store, prefix, topic, partitions, start, end, since_ms, until_ms)
+    by_partition = {w.partition: w for w in windows}
+    tables = []
+    for doc in _selected(store, prefix, topic, windows, scan_all, say):
+        w = by_partition[doc["partition"]]
+        for o in needed_objects(doc, w):
+            tables.append(filter_rows(read_object(store, o["name"], doc["format"]), w))
     if not tables:
         return SCHEMA.empty_table()
     return unify.concat(tables, topic).sort_by([("partition", "ascending"), ("offset", "ascending")])
@@ -319,6 +339,7 @@ def read_dataframe(
     until_ms: int | None = None,
     scan_all: bool = False,
     say: Callable[[str], None] | None = None,
+    incarnation: str | int | None = None,
 ) -> Any:
     """The selected archived records as a Spark DataFrame read by executors, one task an object.
 
@@ -344,11 +365,13 @@ def read_dataframe(
         until_ms: End of the time window (exclusive); None: open.
         scan_all: As `read_table`'s.
         say: As `read_table`'s.
+        incarnation: As `read_table`'s.
 
     Returns:
         A Spark DataFrame with the record table's columns (and a typed topic's typed columns).
     """
     with Store(params) as store:
+        prefix = choose(store, prefix, topic, incarnation).prefix
         windows = windows_for(store, prefix, topic, partitions, start, end, since_ms, until_ms)
         by_partition = {w.partition: w for w in windows}
         tasks, typed_objects = [], []

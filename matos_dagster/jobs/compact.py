@@ -29,6 +29,8 @@ from pydantic import Field
 from matos_dagster.core.compact.run import Compacted, compact_topic
 from matos_dagster.core.topic_set import as_set, not_found
 from matos_dagster.core.kafka import many
+from matos_dagster.core.swift import layout
+from matos_dagster.core.swift.chosen_incarnation import kafkas
 from matos_dagster.names import DEFAULT, Names
 
 TAG = "matos/compact"
@@ -68,8 +70,15 @@ def compact_job(topics, names: Names = DEFAULT) -> JobDefinition:
                 # Only below the committed offset: archiving of new ranges, at and after it, goes on.
                 committed = kafka.committed(topic.name, parts if config.partition == -1 else [config.partition],
                                             topic.group)
+                # The committed offsets are of Kafka's log now: compact its incarnation only, never an
+                # earlier one's ranges below them (core/swift/chosen_incarnation.py).
+                kafka_id = many.topic_ids(kafka, [topic.name]).get(topic.name)
+                incarnation, prefix = kafkas(lambda: store, layout.join(store.params.prefix, topic.prefix),
+                                             topic.name, kafka_id)
+                if incarnation.number > 1:
+                    context.log.info(f"{topic.name}: compacting its {incarnation}")
                 done = compact_topic(topic, committed, store, spark.spark_session, say=context.log.info,
-                                     max_groups=config.max_groups)
+                                     max_groups=config.max_groups, prefix=prefix)
                 for p in done.partitions:
                     for note in p.notes:
                         context.log.info(f"{topic.name}/{p.partition}: {note}")

@@ -27,6 +27,7 @@ from matos_dagster.core.restore.registry import target_registry
 from matos_dagster.core.restore.run import Report
 from matos_dagster.core.restore.run import restore as run_restore
 from matos_dagster.core.swift import layout
+from matos_dagster.core.swift.chosen_incarnation import IncarnationError, choose
 from matos_dagster.core.topics import TopicConfig
 from matos_dagster.names import DEFAULT, Names
 
@@ -63,6 +64,11 @@ class RestoreConfig(Config):
         "MATOS_TARGET_SCHEMA_REGISTRY_USERNAME and MATOS_TARGET_SCHEMA_REGISTRY_PASSWORD. Empty: records keep "
         "their schema ids, byte-exact.",
     )
+    incarnation: str = Field(
+        default="", description="Which log of the topic's name, when it was deleted and created again: its number "
+        "(1 the first) or Kafka's topic id; empty: the newest. Each has its own marker group (a later one's is "
+        "matos-restore-<target>-incarnation-<n>).",
+    )
     prefix: Optional[str] = Field(
         default=None, description="Prefix between MATOS_SWIFT_PREFIX and topic=<topic>/; unset: the topic's "
         "prefix in the topics file (empty if it is not there).",
@@ -83,7 +89,14 @@ def restore_job(topics: list[TopicConfig] = (), names: Names = DEFAULT):
         kafka, swift, spark = names.resources(context, "kafka", "swift", "spark")
         topic_prefix = config.prefix if config.prefix is not None else prefixes.get(config.topic, "")
         with swift.store() as store:
-            prefix = layout.join(store.params.prefix, topic_prefix)
+            try:
+                chosen = choose(store, layout.join(store.params.prefix, topic_prefix), config.topic,
+                                config.incarnation or None)
+            except IncarnationError as e:
+                raise RestoreRefused(f"incarnation: {e}") from None
+            prefix = chosen.prefix
+            if len(chosen.all) > 1:
+                context.log.info(f"restoring {config.topic}'s {chosen.incarnation} (of {len(chosen.all)})")
             keys, since_ms, until_ms = tuple(config.keys), _opt(config.since_ms), _opt(config.until_ms)
             if config.window:
                 if keys or since_ms is not None or until_ms is not None or config.partition != -1 or _opt(
@@ -112,6 +125,7 @@ def restore_job(topics: list[TopicConfig] = (), names: Names = DEFAULT):
                 dry_run=config.dry_run,
                 group=config.group,
                 target_registry=target_registry(config.target_schema_registry_url),
+                incarnation=chosen.incarnation.number,
                 **({"max_record_bytes": max_record_bytes[config.topic]} if config.topic in max_record_bytes else {}),
             )
             report = run_restore(req, kafka, store, spark.spark_session, say=context.log.info)

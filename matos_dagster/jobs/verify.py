@@ -14,6 +14,7 @@ from dagster import Config, Failure, MetadataValue, OpExecutionContext, Output, 
 from pydantic import Field
 
 from matos_dagster.core.swift import layout
+from matos_dagster.core.swift.incarnations import IncarnationError
 from matos_dagster.core.swift.store import Store
 from matos_dagster.core.topic_set import as_set, not_found
 from matos_dagster.core.verify import EVERYTHING, FROM_MARK, Report, verify_topic
@@ -34,6 +35,10 @@ class VerifyConfig(Config):
     )
     from_offset: Optional[int] = Field(
         default=None, description="Audit each partition from this offset on (instead of from the audit marks)."
+    )
+    incarnation: str = Field(
+        default="", description="Which log of the topic's name, when it was deleted and created again: its number "
+        "(1 the first) or Kafka's topic id; empty: the newest. Only the log Kafka still holds is compared with Kafka.",
     )
 
 
@@ -57,8 +62,12 @@ def verify_job(topics, names: Names = DEFAULT):
         params = swift.params()
         # A plain Store, not swift.store(): verifying must not create a missing container.
         with Store(params) as store:
-            report = verify_topic(kafka, store, layout.join(params.prefix, topic.prefix), topic,
-                                  None if config.sample == -1 else config.sample, since=since, move_mark=True)
+            try:
+                report = verify_topic(kafka, store, layout.join(params.prefix, topic.prefix), topic,
+                                      None if config.sample == -1 else config.sample, since=since, move_mark=True,
+                                      incarnation=config.incarnation or None)
+            except IncarnationError as e:
+                raise Failure(f"incarnation: {e}") from None
         for line in report.render().splitlines():
             context.log.info(line)
         meta = metadata(report)
@@ -81,6 +90,7 @@ def metadata(report: Report) -> dict:
         "lost_offsets": MetadataValue.int(report.lost_offsets),
         "acknowledged_lost_offsets": MetadataValue.int(report.acknowledged_offsets),
         "scope": MetadataValue.text(report.scope),
+        **({"incarnation": MetadataValue.int(report.incarnation)} if report.incarnation is not None else {}),
         "manifests": MetadataValue.int(t["manifests"]),
         "objects": MetadataValue.int(t["objects"]),
         "records": MetadataValue.int(t["records"]),

@@ -14,11 +14,16 @@ A completed window is reported with the metadata and data version the asset's ow
 (`assets/windows.py`'s `window_result`), so what depends on the day (automation) sees a new
 materialisation either way. Each topic's cursor is the last window reported (its journal place): a
 tick that did not end is reported again by the next.
+
+A topic deleted and created again: the incarnation whose log Kafka holds (its topic id; the cursor
+keeps it, so Swift is asked only when the id changes) is evaluated against Kafka's offsets; each
+earlier one is closed first (core/days/read.py's `close`), so its last days complete.
 """
 
 import hashlib
 import json
 import time
+from dataclasses import dataclass
 
 from dagster import (
     AssetMaterialization,
@@ -32,9 +37,9 @@ from dagster import (
 
 from matos_dagster.assets.windows import rules, window_result
 from matos_dagster.core.days import evaluate
-from matos_dagster.core.days.read import WindowNotComplete, window_record
+from matos_dagster.core.days.read import WindowNotComplete, close, window_record, window_records
 from matos_dagster.core.kafka import many
-from matos_dagster.core.swift import layout
+from matos_dagster.core.swift import chosen_incarnation, incarnations, layout
 from matos_dagster.core.topic_set import TopicSet
 from matos_dagster.dagster_compat import DATA_VERSION_IS_USER_PROVIDED_TAG, DATA_VERSION_TAG
 from matos_dagster.names import DEFAULT, Names
@@ -77,16 +82,26 @@ def days_sensor(topics: TopicSet, tick_s: int, rest_s: float = REST_S, budget_s:
             due.sort(key=lambda t: cursor.get(t.name, {}).get("at", 0))  # stalest first
             events, done, left = [], [], []
             if due:
+                ids = many.topic_ids(kafka, [t.name for t in due])  # which incarnation Kafka holds
                 with swift.store() as store:
                     for t in due:
                         if time.monotonic() > deadline:
                             left.append(t.name)
                             continue
                         mine = cursor.get(t.name, {})
-                        reported = _evaluate(t, store, kafka, marks, listing, mine.get("requested", ""), now, names)
-                        events += [e for e, _ in reported]
+                        found, prefix = chosen_incarnation.kafkas(lambda: store, layout.join(store.params.prefix, t.prefix),
+                                                                  t.name, ids.get(t.name), mine.get("incarnation"))
+                        closed = _close(t, store, found.number, mine.get("closed", []), now, names)
+                        reported = _evaluate(t, store, prefix, kafka, marks, listing, mine.get("requested", ""), now,
+                                             names)
+                        events += [e for e, _ in closed.events] + [e for e, _ in reported]
                         requested = evaluate.last_cursor([w for _, w in reported], mine.get("requested", ""))
-                        cursor[t.name] = {"seen": seen[t.name], "at": now, "requested": requested}
+                        kept = {"seen": seen[t.name], "at": now, "requested": requested}
+                        # Swift is asked for the incarnations again only when Kafka's topic id changes.
+                        kept["incarnation"] = chosen_incarnation.handed_on(found, ids.get(t.name))
+                        if closed.numbers:
+                            kept["closed"] = closed.numbers
+                        cursor[t.name] = kept
                         done.append(t.name)
         for name in [n for n in cursor if n not in {t.name for t in timed}]:
             del cursor[name]  # a topic no longer archived (deleted, out of the topics file)
@@ -99,10 +114,45 @@ def days_sensor(topics: TopicSet, tick_s: int, rest_s: float = REST_S, budget_s:
     return _days
 
 
-def _evaluate(topic, store, kafka, marks, listing, requested: str,
+@dataclass
+class _Closed:
+    numbers: list[int]  # the earlier incarnations closed (their days complete, core/days/read.py's `close`)
+    events: list
+
+
+def _close(topic, store, current: int, closed: list[int], now: float, names: Names) -> _Closed:
+    """Each earlier incarnation's days evaluated once more as a closed log, until it writes nothing: its
+    last days complete without waiting for records that can never come. A window written is reported
+    once the whole topic has completed it (every incarnation, read.py's `window_records`); one the
+    current incarnation completes later is reported by its own evaluation."""
+    out = _Closed(sorted(n for n in closed if n < current), [])
+    base = layout.join(store.params.prefix, topic.prefix)
+    for n in range(1, current):
+        if n in out.numbers:
+            continue
+        written = close(store, incarnations.prefix_of(base, n), topic.name, rules(topic), int(now * 1000))
+        if not written:
+            out.numbers.append(n)
+        for w in written:
+            try:
+                found = window_records(store, base, topic.name, w.key)
+            except WindowNotComplete:
+                continue
+            out.events.append((_materialisation(topic, w.key, found[-1][1], names), w))
+    return out
+
+
+def _materialisation(topic, key: str, doc: dict, names: Names) -> AssetMaterialization:
+    result = window_result(doc)
+    return AssetMaterialization(asset_key=names.windows_key(topic), partition=key, metadata=result.metadata,
+                                tags={DATA_VERSION_TAG: result.data_version.value,
+                                      DATA_VERSION_IS_USER_PROVIDED_TAG: "true"})
+
+
+def _evaluate(topic, store, prefix: str, kafka, marks, listing, requested: str,
               now: float, names: Names) -> list[tuple[AssetMaterialization, evaluate.Window]]:
-    """The topic's windows completed (or late) since its cursor, each as its materialisation."""
-    prefix = layout.join(store.params.prefix, topic.prefix)
+    """The topic's windows completed (or late) since its cursor, each as its materialisation. `prefix`:
+    the incarnation whose log Kafka holds (its offsets are Kafka's)."""
     parts = listing[topic.name]
     windows = evaluate.evaluate(store, prefix, topic.name, rules(topic), {p: marks[(topic.name, p)][1] for p in parts},
                                 int(now * 1000), log_starts={p: marks[(topic.name, p)][0] for p in parts},
@@ -113,11 +163,7 @@ def _evaluate(topic, store, kafka, marks, listing, requested: str,
             doc = window_record(store, prefix, topic.name, w.key)
         except WindowNotComplete:  # made anew since (a rebuilt state): the next evaluation says it again
             continue
-        result = window_result(doc)
-        out.append((AssetMaterialization(asset_key=names.windows_key(topic), partition=w.key,
-                                         metadata=result.metadata,
-                                         tags={DATA_VERSION_TAG: result.data_version.value,
-                                               DATA_VERSION_IS_USER_PROVIDED_TAG: "true"}), w))
+        out.append((_materialisation(topic, w.key, doc, names), w))
     return out
 
 

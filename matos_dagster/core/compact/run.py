@@ -88,10 +88,15 @@ def compact_topic(
     say: Callable[[str], None] = log.info,
     max_groups: int = 0,
     now: float | None = None,
+    prefix: str | None = None,
 ) -> Compacted:
-    """Compact every partition of `committed` (partition -> committed offset) of the topic."""
+    """Compact every partition of `committed` (partition -> committed offset) of the topic.
+
+    `prefix`: the archive compacted, in front of `topic=`: the incarnation whose log the committed
+    offsets are of (chosen_incarnation.kafkas); None: the topic's own prefix (its first incarnation).
+    One incarnation at a time: the committed offsets of one log never bound another's ranges."""
     t0 = time.monotonic()
-    prefix = layout.join(store.params.prefix, topic.prefix)
+    prefix = layout.join(store.params.prefix, topic.prefix) if prefix is None else prefix
     out = []
     for p, upper in sorted(committed.items()):
         if upper is None:

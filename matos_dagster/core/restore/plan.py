@@ -42,7 +42,9 @@ class Request:
     """What to restore where. Offsets are half-open; times are Kafka milliseconds."""
 
     topic: str
-    prefix: str  # in front of `topic=<topic>/`: MATOS_SWIFT_PREFIX joined with the topic's prefix
+    # In front of `topic=<topic>/`: MATOS_SWIFT_PREFIX joined with the topic's prefix, and the
+    # incarnation's (core/swift/chosen_incarnation.py) when the topic has had more than one log.
+    prefix: str
     partitions: tuple[int, ...] | None = None  # None: every archived partition
     start: int | None = None
     end: int | None = None
@@ -60,6 +62,9 @@ class Request:
     # Another registry to register the archived schemas in, rewriting the records' schema ids to
     # its own (registry.py); None: the records keep their ids, byte-exact.
     target_registry: RegistrySource | None = None
+    # Which log of the topic's name `prefix` holds (1: the first, and every archive without
+    # incarnations): two logs share offsets, so each has its own marker.
+    incarnation: int = 1
 
     @property
     def target_topic(self) -> str:
@@ -67,7 +72,10 @@ class Request:
 
     @property
     def marker_group(self) -> str:
-        return self.group or f"matos-restore-{self.target_topic}"
+        # Markers count source offsets: a later incarnation's offsets 0, 1, ... are not the first's,
+        # and must not read as restored because the first's were.
+        own = "" if self.incarnation == 1 else f"-incarnation-{self.incarnation}"
+        return self.group or f"matos-restore-{self.target_topic}{own}"
 
     def windows(self, store: Store) -> list[Window]:
         if self.keys and (self.partitions is not None or self.start is not None or self.end is not None):

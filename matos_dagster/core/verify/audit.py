@@ -21,10 +21,11 @@ from __future__ import annotations
 import time
 from typing import Callable
 
+from matos_dagster.core.kafka import many
 from matos_dagster.core.kafka.client import KafkaClient
 from matos_dagster.core.offsets import spans
 from matos_dagster.core.offsets.ranges import OFFSET_WIDTH
-from matos_dagster.core.swift import layout
+from matos_dagster.core.swift import chosen_incarnation, layout
 from matos_dagster.core.swift.archived import LOSS, RANGE, Entry, PartitionArchive, archived_partitions
 from matos_dagster.core.swift.store import Store, SwiftError
 from matos_dagster.core.topics import TopicConfig
@@ -55,12 +56,18 @@ def verify_topic(
     say: Callable[[str], None] | None = None,
     since: Since = EVERYTHING,
     move_mark: bool | None = None,
+    incarnation: str | int | None = None,
 ) -> Report:
     """Check `topic_config`'s archive under `prefix` (everything in front of `topic=`).
 
     `sample`: 0 compares nothing with Kafka, N compares N records per range, None every
     record (each read from Kafka on this machine: slow for a large archive). `since`: see the
     module doc. `move_mark`: write the audit marks (None: only when auditing FROM_MARK).
+    `incarnation`: which log of the topic's name (its number or Kafka's topic id; None: the
+    newest, see core/swift/incarnations.py). Only the incarnation whose log Kafka holds now is
+    compared with Kafka; an earlier one's log is gone, so its entries are checked against their
+    manifests, objects and their own contiguity, and the report says that Kafka no longer has it.
+    Raises IncarnationError (one line) for an incarnation the archive does not have.
     """
     if sample is not None and sample < 0:
         raise ValueError(f"sample must be >= 0 (or None for every record), got {sample}")
@@ -69,19 +76,33 @@ def verify_topic(
     t0 = time.monotonic()
     topic = topic_config.name
     scope = {EVERYTHING: "everything", FROM_MARK: "from the audit marks"}.get(since, f"from offset {since}")
-    report = Report(topic, sample, scope)
+    chosen = chosen_incarnation.choose(store, prefix, topic, incarnation)
+    kafka_id = many.topic_ids(kafka, [topic]).get(topic)
+    live = chosen_incarnation.kafka_holds(chosen, kafka_id)
+    report = Report(topic, sample, scope, incarnation=chosen.incarnation.number if len(chosen.all) > 1 else None)
+    said = chosen_incarnation.line(topic, chosen, kafka_id)
+    if said:
+        report.notes.append(said)
+    prefix = chosen.prefix
     move = since == FROM_MARK if move_mark is None else move_mark
-    # Committed offsets first, listings last: a manifest is written before its range is
-    # committed, so every entry a committed offset relies on is in the listings.
-    parts = kafka.partitions(topic)
-    committed = kafka.committed(topic, parts, topic_config.group)
-    marks = kafka.watermarks(topic, parts)
+    parts: list[int] = []
+    committed: dict[int, int | None] = {}
+    marks: dict[int, tuple[int, int]] = {}
+    if live:
+        # Committed offsets first, listings last: a manifest is written before its range is
+        # committed, so every entry a committed offset relies on is in the listings.
+        parts = kafka.partitions(topic)
+        committed = kafka.committed(topic, parts, topic_config.group)
+        marks = kafka.watermarks(topic, parts)
+    elif sample != 0:
+        report.notes.append(f"{topic}: no record compared with Kafka: Kafka no longer has this incarnation's log")
     archived = archived_partitions(store, prefix, topic)
-    reader = KafkaRecords(kafka.client_config(), float(getattr(kafka, "timeout_s", 15))) if sample != 0 else None
+    reader = KafkaRecords(kafka.client_config(), float(getattr(kafka, "timeout_s", 15))) if sample != 0 and live else None
+    hint = chosen_incarnation.beyond_end_hint(topic, chosen, kafka_id)
     try:
         for p in sorted(set(parts) | set(archived)):
             _partition(report, PartitionArchive(store, prefix, topic, p), topic_config.group, committed.get(p),
-                       marks.get(p), since, move, reader, say)
+                       marks.get(p), since, move, reader, say, live, hint)
     finally:
         if reader is not None:
             reader.close()
@@ -91,7 +112,9 @@ def verify_topic(
 
 def _partition(report: Report, archive: PartitionArchive, group: str, committed: int | None,
                watermarks: tuple[int, int] | None, since: Since, move: bool, reader: KafkaRecords | None,
-               say: Callable[[str], None] | None) -> None:
+               say: Callable[[str], None] | None, live: bool = True, hint: str = "") -> None:
+    """`live`: Kafka holds this incarnation's log (else: no watermarks, no committed offset; the entries
+    are judged by their own contiguity). `hint`: what a range past Kafka's log end may mean."""
     topic, p = archive.topic, archive.partition
     old_mark = None
     if since == FROM_MARK or move:
@@ -107,13 +130,18 @@ def _partition(report: Report, archive: PartitionArchive, group: str, committed:
     ranges = [e.span for e in entries if e.kind == RANGE]
     losses = [e.span for e in entries if e.kind == LOSS]
     low = None
-    if watermarks is None:
+    if not live:
+        # An earlier log: nothing of Kafka's to judge against; holes between entries are gaps still.
+        problems, loss = check_coverage(topic, group, p, ranges, 0, _NO_END, None, losses, start)
+        report.problems += problems
+        report.loss += loss
+    elif watermarks is None:
         report.problems.append(Problem(
             BEYOND_END, p, f"{topic}/{p} is archived but Kafka's topic {topic} has no partition {p}"))
     else:
         low, high = watermarks
         summary.log_start, summary.log_end = low, high
-        problems, loss = check_coverage(topic, group, p, ranges, low, high, committed, losses, start)
+        problems, loss = check_coverage(topic, group, p, ranges, low, high, committed, losses, start, hint)
         report.problems += problems
         report.loss += loss
     if entries:
@@ -141,7 +169,9 @@ def _partition(report: Report, archive: PartitionArchive, group: str, committed:
         return
     begin = start if start is not None else (entries[0].start if entries else None)
     bad = report.problems[found[0]:] + report.loss[found[1]:]
-    new = None if begin is None else sound_end(begin, [e.span for e in entries], bad, committed)
+    # An earlier incarnation's log is closed: its archive's end is as far as anything is promised.
+    upto = committed if live else summary.archived_end
+    new = None if begin is None else sound_end(begin, [e.span for e in entries], bad, upto)
     summary.mark = old_mark if new is None else new
     if new is not None and new != old_mark:
         try:
@@ -151,6 +181,9 @@ def _partition(report: Report, archive: PartitionArchive, group: str, committed:
             summary.mark = old_mark
             report.notes.append(f"{topic}/{p}: the audit mark could not be moved to {new} ({e}); the next default "
                                 f"audit starts from {'the first entry' if old_mark is None else old_mark} again")
+
+
+_NO_END = 10**OFFSET_WIDTH  # an earlier incarnation's log end: not Kafka's business any more
 
 
 def _entries(archive: PartitionArchive, start: int | None) -> list[Entry]:

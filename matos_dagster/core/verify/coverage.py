@@ -74,6 +74,7 @@ class Report:
     notes: list[str] = field(default_factory=list)
     compared: int = 0  # records compared with Kafka
     duration_s: float = 0.0
+    incarnation: int | None = None  # which log of the topic's name (None: the topic has had one only)
 
     @property
     def ok(self) -> bool:
@@ -107,7 +108,7 @@ class Report:
             self.sample, f"{self.sample} records a range compared with Kafka")
         head = "OK" if self.ok else f"{len(self.problems)} PROBLEM(S), {len(self.loss)} LOSS(ES)"
         lines = [
-            f"verify {self.topic}: {head}",
+            f"verify {self.topic}{'' if self.incarnation is None else f' incarnation {self.incarnation}'}: {head}",
             f"  audited {self.scope}: {len(self.partitions)} partitions, {t['manifests']} manifests, "
             f"{t['objects']} objects, {t['records']} records, {t['bytes']} bytes checked; {mode} "
             f"({self.compared} compared); {self.duration_s:.1f}s",
@@ -150,6 +151,7 @@ def check_coverage(
     committed: int | None,
     acknowledged: Iterable[tuple[int, int]] = (),
     start: int | None = None,
+    hint: str = "",
 ) -> tuple[list[Problem], list[Problem]]:
     """(problems, loss) of one partition's entries against its offsets in Kafka.
 
@@ -179,8 +181,8 @@ def check_coverage(
         if s[1] > high:
             problems.append(Problem(
                 BEYOND_END, partition,
-                f"{where}: the archived range [{s[0]}, {s[1]}) ends past the log end offset {high}: "
-                "was the topic deleted and created again?", max(s[0], high), s[1]))
+                f"{where}: the archived range [{s[0]}, {s[1]}) ends past the log end offset {high}"
+                + (f": {hint}" if hint else ""), max(s[0], high), s[1]))
     covered = [(a, b) for a, b, _ in held]
     first = covered[0][0] if covered else None
     last_end = max(b for _, b in covered) if covered else None
