@@ -142,7 +142,10 @@ class ArchiveModel(RuleBasedStateMachine):
 
     @rule()
     def sensor_tick(self):
-        """lag.py's tick: Kafka's offsets, the runs' states, `decide` for each partition, one batch run."""
+        """lag.py's tick: Kafka's offsets, the runs' states, `decide` for each partition, one batch run.
+
+        A copy of lag.py's loop without Dagster (its cursor through estate.py, as lag.py keeps it):
+        when lag.py asks Kafka more (topic ids) or passes `decide` more, this copy must follow."""
         from matos_dagster.core.kafka import many
 
         self.now_ms += TICK_MS
