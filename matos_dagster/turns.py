@@ -1,7 +1,8 @@
 """Turns, the Dagster side: the run tags by which one run at a time archives in a topic partition.
 
-The rule is core/runs/turns.py's: a run writes a claim (when, its run id) on itself, then waits
-for every going run with an earlier claim on a partition it archives. A run of one range (the
+The rule is core/runs/turns.py's (the bakery algorithm): a run marks its turn CHOOSING, takes a
+number above every number the going runs of its partitions hold, then waits for every going run of
+a partition it archives that is choosing or holds a smaller (number, run id). A run of one range (the
 asset: UI, CLI, backfill) names its partition in a tag; a batch run (jobs/archive_ranges.py, the
 lag sensor's) archives many partitions, listed in its run config, and carries BATCH_TAG so that
 the few going batch runs are found by one query. Either kind waits for the other.
@@ -22,7 +23,8 @@ from matos_dagster.names import ARCHIVE_TAG, DEFAULT, Names
 # Run tags: a range readable at a glance in the Runs list, and the turn-taking of core/runs/turns.py.
 TOPIC_PARTITION_TAG = "matos/topic_partition"
 RANGE_TAG = "matos/range"
-CLAIM_TAG = "matos/archiving_since"
+CLAIM_TAG = "matos/archiving_since"  # when the run claimed: said in the log, orders nothing
+TURN_TAG = "matos/turn"  # core/runs/turns.py's CHOOSING, then the run's number
 BATCH_TAG = "matos/batch"  # "true" on a batch run; its ranges are in its run config
 BATCH_OP = "archive_batch"
 GOING = [DagsterRunStatus.STARTING, DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]
@@ -48,33 +50,49 @@ def batch_ranges(run: DagsterRun) -> list[OffsetRange]:
     return out
 
 
-def claim(instance: DagsterInstance, run_id: str, tags: dict[str, str] | None = None) -> turns.Claim:
-    """Write this run's claim (and `tags`) on it: other runs order themselves by it."""
-    mine = turns.Claim(time.time(), run_id)
-    instance.add_run_tags(run_id, {**(tags or {}), CLAIM_TAG: mine.tag})
-    return mine
+def claim(instance: DagsterInstance, run_id: str, wheres: set[str], tags: dict[str, str] | None = None) -> turns.Claim:
+    """Take this run's turn on the partitions `wheres` (core/runs/turns.py, steps 1 to 3): other
+    runs order themselves by it. `tags` (a run of one range: its partition) are written with the
+    CHOOSING mark, so that a run reading the partition's turns finds this one from then on."""
+    since = time.time()
+    instance.add_run_tags(run_id, {**(tags or {}), CLAIM_TAG: f"{since:.6f}", TURN_TAG: turns.CHOOSING})
+    number = turns.number_after(_turn(run) for run in _going(instance, wheres) if run.run_id != run_id)
+    instance.add_run_tags(run_id, {TURN_TAG: str(number)})
+    return turns.Claim(number, run_id, since)
+
+
+def _turn(run: DagsterRun) -> turns.Seen | None:
+    return turns.seen(run.tags.get(TURN_TAG), run.run_id)
+
+
+def _going(instance: DagsterInstance, wheres: set[str]) -> list[DagsterRun]:
+    """The going runs that may archive in `wheres`: the runs of one range tagged with one of them,
+    and every batch run (its partitions are in its run config)."""
+    runs = list(instance.get_runs(filters=RunsFilter(tags={TOPIC_PARTITION_TAG: sorted(wheres)}, statuses=GOING)))
+    return runs + list(instance.get_runs(filters=RunsFilter(tags={BATCH_TAG: "true"}, statuses=GOING)))
+
+
+def _partitions(run: DagsterRun) -> set[str]:
+    return {where(r) for r in batch_ranges(run)} if run.tags.get(BATCH_TAG) == "true" \
+        else {run.tags.get(TOPIC_PARTITION_TAG, "")}
 
 
 def ahead_of(instance: DagsterInstance, mine: turns.Claim, wheres: set[str],
              thresholds: heartbeat.Thresholds, names: Names = DEFAULT) -> dict[str, DagsterRun]:
-    """The partitions of `wheres` that a going run of the archive `names` with an earlier claim
-    archives, and that run."""
-    runs = list(instance.get_runs(filters=RunsFilter(tags={TOPIC_PARTITION_TAG: sorted(wheres)}, statuses=GOING)))
-    runs += instance.get_runs(filters=RunsFilter(tags={BATCH_TAG: "true"}, statuses=GOING))
-    out: dict[str, DagsterRun] = {}
-    for run in runs:
+    """The partitions of `wheres` whose turn has not come for `mine`, and a going run of the
+    archive `names` in the way there (core/runs/turns.py, step 4): choosing, or before it."""
+    out: dict[str, tuple[turns.Seen, DagsterRun]] = {}
+    for run in _going(instance, wheres):
         # A dead run (no heartbeat for MATOS_DEAD_RUN_AFTER_S) is not waited for: the lag sensor fails it.
         if run.run_id == mine.run_id or not waits_for(run.tags, thresholds) or not names.owns(run):
             continue
-        other = turns.Claim.from_tag(run.tags.get(CLAIM_TAG, ""), run.run_id)
-        if not turns.ahead(mine, [other]):
+        other = _turn(run)
+        if not turns.in_the_way(mine, other):
             continue
-        theirs = {where(r) for r in batch_ranges(run)} if run.tags.get(BATCH_TAG) == "true" \
-            else {run.tags.get(TOPIC_PARTITION_TAG, "")}
-        for w in theirs & wheres:
-            if w not in out or turns.Claim.from_tag(out[w].tags.get(CLAIM_TAG, ""), out[w].run_id) > other:
-                out[w] = run
-    return out
+        for w in _partitions(run) & wheres:
+            if w not in out or turns.ahead(mine, [other, out[w][0]])[0] == other:  # say the first in the way
+                out[w] = (other, run)
+    return {w: run for w, (_, run) in out.items()}
 
 
 def wait_for_turns(instance: DagsterInstance, mine: turns.Claim, wheres: set[str], say: Callable[[str], None],

@@ -139,9 +139,9 @@ def table_metadata(t: TableState) -> dict:
 
 
 def claim_turn(instance: DagsterInstance, run_id: str, r: OffsetRange, names: Names = DEFAULT) -> core_turns.Claim:
-    """Claim `r`'s topic partition for this run: the run tags other runs wait on (turns.py)."""
+    """Claim `r`'s topic partition for this run: its turn, the run tags other runs wait on (turns.py)."""
     w = where(r)
-    return claim(instance, run_id, {TOPIC_PARTITION_TAG: w, RANGE_TAG: f"{w} [{r.start}, {r.end})", **names.run_tags})
+    return claim(instance, run_id, {w}, {TOPIC_PARTITION_TAG: w, RANGE_TAG: f"{w} [{r.start}, {r.end})", **names.run_tags})
 
 
 def take_turn(instance: DagsterInstance, run_id: str, r: OffsetRange, say, poll_s: float = 1.0,

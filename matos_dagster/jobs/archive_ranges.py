@@ -79,7 +79,7 @@ def archive_ranges_job(topics, names: Names = DEFAULT) -> JobDefinition:
                           metadata={"refused": MetadataValue.json(refused)})
         instance, run_id = context.instance, context.run.run_id
         thresholds = heartbeat.Thresholds.from_settings()
-        mine = claim(instance, run_id, {BATCH_TAG: "true", **names.run_tags})
+        mine = claim(instance, run_id, {where(r) for r, _ in items}, {BATCH_TAG: "true", **names.run_tags})
         outcomes: list[Outcome] = []
         tasks = 0
         with beating(instance, run_id, thresholds, context.log.warning), kafka.kept_clients(), \

@@ -18,6 +18,7 @@ from helpers import check_archive, manifests, produce
 from matos_dagster.assets.archive import CLAIM_TAG, RANGE_TAG, TOPIC_PARTITION_TAG, archive_asset
 from matos_dagster.core.offsets.ranges import OffsetRange
 from matos_dagster.core.topics import TopicConfig
+from matos_dagster.turns import TURN_TAG
 
 
 def wait_for(condition, what: str, timeout_s: float = 300):
@@ -39,7 +40,7 @@ def test_an_archive_run_waits_while_another_run_archives_in_its_partition(
         other = instance.add_run(DagsterRun(
             job_name="other", run_id=str(uuid.uuid4()), status=DagsterRunStatus.STARTED,
             tags={"dagster/partition": key, "dagster/sensor_name": "lag_test", TOPIC_PARTITION_TAG: f"{topic}/0",
-                  RANGE_TAG: f"{topic}/0 [0, 20)", CLAIM_TAG: f"{time.time() - 1:.6f}"}))
+                  RANGE_TAG: f"{topic}/0 [0, 20)", CLAIM_TAG: f"{time.time() - 1:.6f}", TURN_TAG: "1"}))
         resources = {"kafka": kafka, "swift": swift, "spark": spark_resource}
         results = {}
 

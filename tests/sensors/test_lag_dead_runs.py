@@ -20,7 +20,7 @@ from matos_dagster.core.topic_set import TopicSet
 from matos_dagster.core.topics import TopicConfig
 from matos_dagster.dead_runs import fail_dead_runs
 from matos_dagster.sensors.lag import lag_sensor
-from matos_dagster.turns import BATCH_OP, BATCH_TAG
+from matos_dagster.turns import BATCH_OP, BATCH_TAG, TURN_TAG
 
 T = Thresholds(every_s=15, dead_after_s=90)
 
@@ -129,7 +129,8 @@ def test_a_live_run_that_beats_stays_in_flight_however_long_it_runs(lag, instanc
 
 def _claiming_run(instance, r: OffsetRange, beat_age_s: float):
     where = f"{r.topic}/{r.partition}"
-    return started_run(instance, r.key, beat_age_s, **{TOPIC_PARTITION_TAG: where, CLAIM_TAG: f"{time.time() - 300:.6f}"})
+    return started_run(instance, r.key, beat_age_s, **{TOPIC_PARTITION_TAG: where, CLAIM_TAG: f"{time.time() - 300:.6f}",
+                                                          TURN_TAG: "1"})
 
 
 @pytest.mark.timeout(300)  # without the rule, take_turn would wait for the dead run for an hour
