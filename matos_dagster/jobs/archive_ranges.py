@@ -144,7 +144,7 @@ def _not_archivable(instance, items: list[tuple[OffsetRange, object]], names: Na
         if kind not in keys:
             keys[kind] = set(instance.get_dynamic_partitions(kind))
         if r.key not in keys[kind]:
-            out.append(f"{r.key}: not a range of {names.asset_key(topic).to_user_string()} yet; add it first with: "
+            out.append(f"{r.key} is not a range of {names.asset_key(topic).to_user_string()} yet; add it first with: "
                        f"{sys.executable} -m matos_dagster add-ranges {r.topic} --partition {r.partition} "
                        f"--start {r.start} --end {r.end}")
     for a, b in overlaps(r for r, _ in items):

@@ -119,7 +119,7 @@ def test_a_key_not_added_to_its_topics_asset_refuses_the_run_naming_the_command_
                                                           instance=instance, raise_on_error=False)
     assert not result.success
     message = result.failure_data_for_node("archive_batch").error.message
-    assert f"{not_added.key}: not a range of {t.asset_name} yet; add it first with: " in message
+    assert f"{not_added.key} is not a range of {t.asset_name} yet; add it first with: " in message
     assert f"-m matos_dagster add-ranges {t.name} --partition 0 --start 10 --end 20" in message
     with swift.store() as store:
         assert not list(store.list(""))
