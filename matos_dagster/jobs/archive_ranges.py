@@ -41,6 +41,7 @@ from matos_dagster.core.archive.batch import Outcome, archive_batch
 from matos_dagster.core.offsets.ranges import MalformedKey, OffsetRange, overlaps, parse_key
 from matos_dagster.core.runs import heartbeat
 from matos_dagster.core.topic_set import not_found
+from matos_dagster.core.topics import TopicConfig
 from matos_dagster.dead_runs import beating
 from matos_dagster.names import DEFAULT, Names
 from matos_dagster.turns import BATCH_OP, BATCH_TAG, claim, wait_for_turns, where
@@ -132,18 +133,19 @@ def archive_ranges_job(topics, names: Names = DEFAULT) -> JobDefinition:
     return _job
 
 
-def _not_archivable(instance, items: list[tuple[OffsetRange, object]], names: Names) -> list[str]:
+def _not_archivable(instance, items: list[tuple[OffsetRange, TopicConfig]], names: Names) -> list[str]:
     """Why ranges of `items` cannot be archived in one run, before it claims anything: a key that is
-    not a partition key of its topic's asset (one query per topic), and ranges of a partition that
-    overlap each other (their offsets would be in two manifests: the archive refuses a range that
-    overlaps one archived, not the run's other ranges)."""
+    not a partition key of its topic's asset (one query per topic, of the run's keys only: a topic
+    has a key per range archived), and ranges of a partition that overlap each other (their offsets
+    would be in two manifests: the archive refuses a range that overlaps one archived, not the
+    run's other ranges)."""
     out = []
-    keys: dict[str, set[str]] = {}
+    asked: dict[str, list[str]] = {}
     for r, topic in items:
-        kind = names.partitions(topic)
-        if kind not in keys:
-            keys[kind] = set(instance.get_dynamic_partitions(kind))
-        if r.key not in keys[kind]:
+        asked.setdefault(names.partitions(topic), []).append(r.key)
+    known = {kind: instance.get_existing_dynamic_partitions(kind, keys) for kind, keys in asked.items()}
+    for r, topic in items:
+        if r.key not in known[names.partitions(topic)]:
             out.append(f"{r.key} is not a range of {names.asset_key(topic).to_user_string()} yet; add it first with: "
                        f"{sys.executable} -m matos_dagster add-ranges {r.topic} --partition {r.partition} "
                        f"--start {r.start} --end {r.end}")

@@ -12,13 +12,12 @@ from dagster._core.test_utils import create_run_for_test
 from helpers import check_archive, produce
 
 from matos_dagster.assets.monitor import evaluate
-from matos_dagster.core.archive.range_run import archive_range
 from matos_dagster.core.offsets.ranges import OffsetRange, parse_key
 from matos_dagster.core.runs.policy import MAX_ATTEMPTS
 from matos_dagster.core.topic_set import TopicSet
 from matos_dagster.core.topics import TopicConfig
 from matos_dagster.dagster_compat import RUN_KEY_TAG, SENSOR_NAME_TAG
-from matos_dagster.jobs.archive_ranges import JOB, archive_ranges_job
+from matos_dagster.jobs.archive_ranges import JOB, archive_ranges_job, ranges_config
 from matos_dagster.resources import SparkResource
 from matos_dagster.sensors import stopped
 from matos_dagster.sensors.lag import lag_sensor
@@ -63,18 +62,19 @@ def ranges(request) -> list[OffsetRange]:
 
 
 def test_a_range_the_operator_archived_with_another_cut_while_the_sensors_was_queued_is_planned_anew_not_repeated(
-        kafka, swift, connect_server, instance, new_topic, spark):
+        kafka, swift, connect_server, instance, new_topic):
     name = new_topic(partitions=2)
     produce(kafka, name, [(b"k", b"v", [], p) for p in (0, 1) for _ in range(150)])
     topic = TopicConfig(name, group=f"g-{uuid.uuid4().hex[:6]}", batch_records=10, batch_age_s=3600)
     daemon = Daemon(topic, kafka, swift, connect_server.url, instance)
     (queued,) = daemon.tick()
     assert ranges(queued) == [OffsetRange(name, p, 0, 150) for p in (0, 1)]
-    # Meanwhile an operator archives by hand, cut otherwise: partition 0 from its start (committed
-    # to 100), partition 1 above it (nothing committed: [0, 50) is not archived).
-    with swift.store() as store:
-        archive_range(OffsetRange(name, 0, 0, 100), topic, kafka, store, spark)
-        archive_range(OffsetRange(name, 1, 50, 150), topic, kafka, store, spark)
+    # Meanwhile an operator archives by hand (an archive_ranges run of keys added by hand), cut
+    # otherwise: partition 0 from its start (committed to 100), partition 1 above it (nothing
+    # committed: [0, 50) is not archived).
+    by_hand = [OffsetRange(name, 0, 0, 100), OffsetRange(name, 1, 50, 150)]
+    instance.add_dynamic_partitions(topic.partitions_name, [r.key for r in by_hand])
+    assert daemon.job.execute_in_process(run_config=ranges_config(by_hand), instance=instance).success
     assert not daemon.run(queued), "both of the sensor's ranges overlap the operator's: refused"
 
     (replanned,) = daemon.tick()
