@@ -38,6 +38,7 @@ from matos_dagster.core.topics import TopicConfig
 from matos_dagster.dagster_compat import AssetCheckExecutionRecordStatus
 from matos_dagster.names import DEFAULT, Names
 from matos_dagster.resources import KafkaResource, SwiftResource
+from matos_dagster.sensors import stopped
 
 CHECK_NAME = "monitor"
 MONITOR_JOB = "monitor_checks"
@@ -109,7 +110,7 @@ class Evaluated:
 def evaluate(instance: DagsterInstance, kafka: KafkaResource, swift: SwiftResource, topics: Sequence[TopicConfig],
              listing: dict[str, list[int]] | None = None, max_age_s: float | None = None,
              deadline: float | None = None, offsets: dict[str, dict[int, verdict.Offsets]] | None = None,
-             names: Names = DEFAULT) -> Evaluated:
+             names: Names = DEFAULT, gave_up: dict[tuple[str, int], str] | None = None) -> Evaluated:
     """The monitor's verdict of each topic that is due, as check evaluations, stalest first.
 
     `listing`: the cluster's topics (many.topics), if the caller has it; a topic missing from it
@@ -117,7 +118,14 @@ def evaluate(instance: DagsterInstance, kafka: KafkaResource, swift: SwiftResour
     committed offsets moved since (None: every topic). `deadline` (time.monotonic()): no topic is
     begun after it, though at least one is; the others are left for the next call. `offsets`: the
     topics' (verdict.kafka_offsets), if the caller has them. `names`: the archive's (its check keys).
+    `gave_up`: the partitions the lag sensor no longer requests (sensors/stopped.py), if the caller
+    has them; else read from the instance.
     """
+    if gave_up is None:
+        gave_up = stopped.read(instance, names.of(stopped.LAG))
+    given_up: dict[str, dict[int, str]] = {}
+    for (name, p), why in gave_up.items():
+        given_up.setdefault(name, {})[p] = why
     now = time.time()
     out = Evaluated()
     params = swift.params()
@@ -130,7 +138,8 @@ def evaluate(instance: DagsterInstance, kafka: KafkaResource, swift: SwiftResour
             order = []
             for t in topics:
                 prev = previous.get(t.name, NEVER)
-                why = "asked" if max_age_s is None else verdict.is_due(prev, offsets.get(t.name), now, max_age_s)
+                why = "asked" if max_age_s is None else verdict.is_due(prev, offsets.get(t.name), now, max_age_s,
+                                                                        given_up.get(t.name))
                 if why is None:
                     out.fresh += 1
                 else:
@@ -159,7 +168,7 @@ def evaluate(instance: DagsterInstance, kafka: KafkaResource, swift: SwiftResour
                 v = verdict.missing(t, prev)
             else:
                 v = verdict.judge(t, offsets[name], oldest.get(name, {}), prev, where[name], current[name][1],
-                                  store, now)
+                                  store, now, given_up.get(name))
                 v.state["incarnation"] = chosen_incarnation.handed_on(current[name][0], ids.get(name))
             out.evaluations.append(check_evaluation(v, names))
     finally:

@@ -8,7 +8,10 @@ written, manifested and committed on its own. Each archived range is reported as
 materialisation of its partition key of its topic's asset, with the metadata a run of the asset
 itself gives, so each topic's Partitions page shows its ranges whichever run archived them. A
 range that could not be archived is said in the log and the run fails once the others are done:
-the lag sensor requests it again (it asks which keys the run materialised).
+the lag sensor requests it again (it asks which keys the run materialised), or, for a range refused
+because offsets of it are archived already, plans the partition anew from the archived entry the
+failure names (`archived_over`). Keys that are not partition keys of their topic's asset, and ranges
+of a partition that overlap each other, refuse the whole run before it claims anything.
 
 The run takes its turn on every partition it archives (turns.py): it waits for a run of one
 range (UI, CLI, backfill) that claimed a partition first, archiving the other partitions
@@ -16,6 +19,7 @@ meanwhile, and such a run waits for it.
 """
 
 
+import sys
 import time
 from collections import Counter
 
@@ -34,14 +38,18 @@ from pydantic import Field
 
 from matos_dagster.assets.archive import metadata
 from matos_dagster.core.archive.batch import Outcome, archive_batch
-from matos_dagster.core.offsets.ranges import MalformedKey, OffsetRange, parse_key
+from matos_dagster.core.offsets.ranges import MalformedKey, OffsetRange, overlaps, parse_key
 from matos_dagster.core.runs import heartbeat
 from matos_dagster.core.topic_set import not_found
+from matos_dagster.core.topics import TopicConfig
 from matos_dagster.dead_runs import beating
 from matos_dagster.names import DEFAULT, Names
 from matos_dagster.turns import BATCH_OP, BATCH_TAG, claim, wait_for_turns, where
 
 JOB = "archive_ranges"
+# The failure's metadata: per range refused because offsets of it are archived already, the first
+# archived entry it overlaps, [start, end).
+ARCHIVED_OVER = "archived_over"
 
 
 class RangesConfig(Config):
@@ -74,6 +82,7 @@ def archive_ranges_job(topics, names: Names = DEFAULT) -> JobDefinition:
                 refused.append(f"{key}: {not_found(topics, r.topic)}")
                 continue
             items.append((r, topic))
+        refused += _not_archivable(context.instance, items, names)
         if refused:  # before anything is claimed or written: the run changes nothing
             raise Failure(f"{len(refused)} of {len(config.ranges)} range(s) refused, nothing archived: {refused[0]}",
                           metadata={"refused": MetadataValue.json(refused)})
@@ -116,7 +125,10 @@ def archive_ranges_job(topics, names: Names = DEFAULT) -> JobDefinition:
             raise Failure(
                 f"{len(failed)} of {len(outcomes)} range(s) not archived ({', '.join(f'{n} {k}' for k, n in kinds.items())}); "
                 f"the others are archived and committed. First: {failed[0].range.key}: {failed[0].error}",
-                metadata={"not_archived": MetadataValue.json({o.range.key: o.error for o in failed})},
+                metadata={"not_archived": MetadataValue.json({o.range.key: o.error for o in failed}),
+                          # What the lag sensor plans a refused range's partition from (sensors/lag.py).
+                          ARCHIVED_OVER: MetadataValue.json({o.range.key: list(o.archived_over) for o in failed
+                                                             if o.archived_over is not None})},
             )
         return len(done)
 
@@ -126,6 +138,28 @@ def archive_ranges_job(topics, names: Names = DEFAULT) -> JobDefinition:
         _archive()
 
     return _job
+
+
+def _not_archivable(instance, items: list[tuple[OffsetRange, TopicConfig]], names: Names) -> list[str]:
+    """Why ranges of `items` cannot be archived in one run, before it claims anything: a key that is
+    not a partition key of its topic's asset (one query per topic, of the run's keys only: a topic
+    has a key per range archived), and ranges of a partition that overlap each other (their offsets
+    would be in two manifests: the archive refuses a range that overlaps one archived, not the
+    run's other ranges)."""
+    out = []
+    asked: dict[str, list[str]] = {}
+    for r, topic in items:
+        asked.setdefault(names.partitions(topic), []).append(r.key)
+    known = {kind: instance.get_existing_dynamic_partitions(kind, keys) for kind, keys in asked.items()}
+    for r, topic in items:
+        if r.key not in known[names.partitions(topic)]:
+            out.append(f"{r.key} is not a range of {names.asset_key(topic).to_user_string()} yet; add it first with: "
+                       f"{sys.executable} -m matos_dagster add-ranges {r.topic} --partition {r.partition} "
+                       f"--start {r.start} --end {r.end}")
+    for a, b in overlaps(r for r, _ in items):
+        out.append(f"{a.key} and {b.key} overlap (offsets [{b.start}, {min(a.end, b.end)}) of {a.topic}/{a.partition} "
+                   "would be archived twice): give each offset to one range of the run")
+    return out
 
 
 def _report(context: OpExecutionContext, o: Outcome, waited_s: float, names: Names) -> None:

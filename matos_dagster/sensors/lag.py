@@ -39,11 +39,12 @@ from matos_dagster.core.runs import estate, heartbeat, policy, turns
 from matos_dagster.core.runs.policy import FAILED, IN_FLIGHT, MISSING, SUCCEEDED, Offsets, PartitionState
 from matos_dagster.dagster_compat import RUN_KEY_TAG, SENSOR_NAME_TAG
 from matos_dagster.dead_runs import fail_dead_runs
-from matos_dagster.jobs.archive_ranges import JOB, ranges_config
+from matos_dagster.jobs.archive_ranges import ARCHIVED_OVER, JOB, ranges_config
+from matos_dagster.sensors import stopped
 from matos_dagster.names import DEFAULT, Names
 from matos_dagster.turns import BATCH_TAG, batch_ranges, going_elsewhere
 
-NAME = "lag"
+NAME = stopped.LAG
 _FAILED = {DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
 _SUCCEEDED = {DagsterRunStatus.SUCCESS}
 
@@ -97,7 +98,7 @@ def lag_sensor(topics, interval_s: int, name: str = NAME, names: Names = DEFAULT
                                                     {tp: marks[tp][0] for tp in mine}))
             known = estate.seen(known, ids, again)
         now_ms = int(time.time() * 1000)
-        runs = _range_states(context, [s for s in states.values() if s.key and not s.done])
+        runs, over = _range_states(context, [s for s in states.values() if s.key and not s.done])
         busy = _busy(context, names)
         by_name = {t.name: t for t in watched}
 
@@ -129,7 +130,7 @@ def lag_sensor(topics, interval_s: int, name: str = NAME, names: Names = DEFAULT
                 continue
             run = runs.get((s.run, s.key)) if s.key and not s.done else None
             d = policy.decide(topic, p, s, Offsets(*marks[tp], committed[tp]), run, now_ms, oldest.get(tp),
-                              avg_bytes.get(topic.name))
+                              avg_bytes.get(topic.name), over.get((s.run, s.key)))
             if d.warning:
                 context.log.warning(d.warning)
             kept[tp] = d.state
@@ -160,6 +161,9 @@ def lag_sensor(topics, interval_s: int, name: str = NAME, names: Names = DEFAULT
                                                 if resolved.missing else ""))
         context.log.info(summary + (": " + "; ".join(reasons[:200]) if reasons else ""))
         cursor = estate.write_cursor(kept, {tp: marks[tp][0] for tp in tps}, known)
+        gave_up = {tp: policy.stopped_reason(tp[0], tp[1], s) for tp, s in kept.items() if s.stopped}
+        if gave_up or any(s.stopped for s in states.values()):  # the monitor reports them (stopped.py)
+            stopped.record(instance, names.of(name), gave_up)
         if not requests:
             return SensorResult(skip_reason=SkipReason((summary + "; " + "; ".join(reasons))[:1000]), cursor=cursor)
         return SensorResult(
@@ -171,8 +175,11 @@ def lag_sensor(topics, interval_s: int, name: str = NAME, names: Names = DEFAULT
     return _lag
 
 
-def _range_states(context: SensorEvaluationContext, in_flight: list[PartitionState]) -> dict[tuple, str]:
+def _range_states(context: SensorEvaluationContext,
+                  in_flight: list[PartitionState]) -> tuple[dict[tuple, str], dict[tuple, tuple[int, int]]]:
     """IN_FLIGHT, SUCCEEDED, FAILED or MISSING for each in-flight state's (run key, range key): one query.
+    And, of the FAILED ones refused because offsets of them are archived already, the archived
+    entry each overlaps (the failure's `archived_over`).
 
     A run that failed or was canceled may have archived some of its ranges: those it reported
     as materialisations succeeded, the others failed. MISSING: no run yet (the daemon creates it
@@ -180,14 +187,15 @@ def _range_states(context: SensorEvaluationContext, in_flight: list[PartitionSta
     apart by when the range was requested.
     """
     out = {(s.run, s.key): MISSING for s in in_flight}
+    over: dict[tuple, tuple[int, int]] = {}
     keys = sorted({s.run for s in in_flight if s.run})
     if not keys:
-        return out
+        return out, over
     runs = context.instance.get_runs(filters=RunsFilter(tags={RUN_KEY_TAG: keys, SENSOR_NAME_TAG: context.sensor_name}))
     status = {}
     for run in reversed(runs):  # newest last, so it wins
         status[run.tags.get(RUN_KEY_TAG)] = run
-    materialised: dict[str, set[str]] = {}  # of each failed run, read once
+    ended: dict[str, tuple[set[str], dict]] = {}  # of each failed run, read once
     for s in in_flight:
         run = status.get(s.run)
         if run is None:
@@ -195,18 +203,34 @@ def _range_states(context: SensorEvaluationContext, in_flight: list[PartitionSta
         if run.status in _SUCCEEDED:
             out[(s.run, s.key)] = SUCCEEDED
         elif run.status in _FAILED:
-            if run.run_id not in materialised:
-                materialised[run.run_id] = _materialised(context, run.run_id)
-            out[(s.run, s.key)] = SUCCEEDED if s.key in materialised[run.run_id] else FAILED
+            if run.run_id not in ended:
+                ended[run.run_id] = _failed_run(context, run.run_id)
+            materialised, archived_over = ended[run.run_id]
+            out[(s.run, s.key)] = SUCCEEDED if s.key in materialised else FAILED
+            if s.key in archived_over:
+                over[(s.run, s.key)] = archived_over[s.key]
         else:
             out[(s.run, s.key)] = IN_FLIGHT
-    return out
+    return out, over
 
 
-def _materialised(context: SensorEvaluationContext, run_id: str) -> set[str]:
-    """The partition keys a run reported as materialised."""
-    records = context.instance.get_records_for_run(run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION).records
-    return {r.event_log_entry.dagster_event.partition for r in records if r.event_log_entry.dagster_event is not None}
+def _failed_run(context: SensorEvaluationContext, run_id: str) -> tuple[set[str], dict[str, tuple[int, int]]]:
+    """The partition keys a run reported as materialised, and its failure's `archived_over`: one query."""
+    records = context.instance.get_records_for_run(
+        run_id, of_type={DagsterEventType.ASSET_MATERIALIZATION, DagsterEventType.STEP_FAILURE}).records
+    keys, over = set(), {}
+    for r in records:
+        event = r.event_log_entry.dagster_event
+        if event is None:
+            continue
+        if event.event_type == DagsterEventType.ASSET_MATERIALIZATION:
+            keys.add(event.partition)
+            continue
+        failure = event.step_failure_data.user_failure_data if event.step_failure_data else None
+        entry = failure.metadata.get(ARCHIVED_OVER) if failure is not None else None
+        for key, (a, b) in (entry.value if entry is not None else {}).items():
+            over[key] = (int(a), int(b))
+    return keys, over
 
 
 def _busy(context: SensorEvaluationContext, names: Names) -> dict[tuple[str, int], str]:

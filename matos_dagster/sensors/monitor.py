@@ -33,6 +33,7 @@ from matos_dagster.core.monitor import verdict
 from matos_dagster.core.topic_set import TopicSet
 from matos_dagster.dagster_compat import prune_check_history
 from matos_dagster.names import DEFAULT, Names
+from matos_dagster.sensors import stopped
 
 NAME = "monitor"
 BUDGET_S = 30.0  # half of Dagster's sensor timeout: the rest for Kafka, Dagster and the report
@@ -67,14 +68,15 @@ def monitor_sensor(topics: TopicSet, interval_s: int, tick_s: int, budget_s: flo
             for line in resolved.clashes:
                 context.log.warning(line)
             offsets = verdict.kafka_offsets(kafka, resolved.topics, listing)
-            moved = _digest(offsets, resolved.missing)
+            gave_up = stopped.read(context.instance, names.of(stopped.LAG))
+            moved = _digest(offsets, resolved.missing, gave_up)
             if cursor.get("offsets") == moved and time.time() - cursor.get("oldest", 0) < max_age_s:
                 # No committed offset moved since the last tick and no verdict is due yet: the
                 # verdicts need not even be read.
                 return SensorResult(skip_reason=SkipReason(f"{len(resolved.topics)} topics, none due"),
                                     cursor=context.cursor)
             done = evaluate(context.instance, kafka, swift, resolved.topics, listing, max_age_s, deadline, offsets,
-                            names=names)
+                            names=names, gave_up=gave_up)
         pruned = cursor.get("pruned", 0)
         if time.time() - pruned >= PRUNE_EVERY_S:
             # Each verdict is a row of its check's history and an event, which Dagster keeps forever;
@@ -97,11 +99,12 @@ def monitor_sensor(topics: TopicSet, interval_s: int, tick_s: int, budget_s: flo
     return _monitor
 
 
-def _digest(offsets: dict[str, dict[int, verdict.Offsets]], missing: list[str]) -> str:
+def _digest(offsets: dict[str, dict[int, verdict.Offsets]], missing: list[str], gave_up: dict) -> str:
     """What the cursor remembers of Kafka: a digest of every partition's committed offset (and of
-    which topics there are), a few bytes whatever the number of partitions."""
+    which topics there are, and which partitions the lag sensor gave up on), a few bytes whatever
+    the number of partitions."""
     doc = [[t, [[p, o.committed] for p, o in sorted(ps.items())]] for t, ps in sorted(offsets.items())]
-    return hashlib.sha1(json.dumps([doc, sorted(missing)]).encode()).hexdigest()[:16]
+    return hashlib.sha1(json.dumps([doc, sorted(missing), sorted(gave_up)]).encode()).hexdigest()[:16]
 
 
 def _names(names: list[str], most: int = 5) -> str:

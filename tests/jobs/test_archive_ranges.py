@@ -20,6 +20,7 @@ from matos_dagster.core.settings import PROJECT_ROOT
 from matos_dagster.core.topic_set import TopicSet
 from matos_dagster.jobs.archive_ranges import JOB, archive_ranges_job, ranges_config
 from matos_dagster.resources import SparkResource
+from matos_dagster.turns import CLAIM_TAG
 
 
 @pytest.fixture
@@ -88,6 +89,42 @@ def test_a_key_of_a_topic_not_in_the_topics_file_refuses_the_run_before_anything
     assert kafka.committed(known.name, [0], known.group) == {0: None}
 
 
+def test_ranges_of_one_partition_that_overlap_each_other_refuse_the_run_before_anything_is_written(
+        kafka, swift, connect_server, instance, new_topic):
+    """Each would pass the archive's check of overlaps (no manifest yet): both would be archived."""
+    t = config(new_topic())
+    produce(kafka, t.name, [(None, b"v", [])] * 150)
+    result = launch([t], [OffsetRange(t.name, 0, 0, 100), OffsetRange(t.name, 0, 50, 150)], instance,
+                    kafka, swift, connect_server)
+    assert not result.success
+    message = result.failure_data_for_node("archive_batch").error.message
+    assert "1 of 2 range(s) refused, nothing archived" in message and "\n" not in message.strip()
+    assert f"offsets [50, 100) of {t.name}/0 would be archived twice" in message
+    with swift.store() as store:
+        assert not list(store.list(""))
+    assert kafka.committed(t.name, [0], t.group) == {0: None}
+    (run,) = instance.get_runs()
+    assert CLAIM_TAG not in run.tags, "refused before its claim: no other run waited for it"
+
+
+def test_a_key_not_added_to_its_topics_asset_refuses_the_run_naming_the_command_that_adds_it(
+        kafka, swift, connect_server, instance, new_topic):
+    t = config(new_topic())
+    produce(kafka, t.name, [(None, b"v", [])] * 20)
+    added, not_added = OffsetRange(t.name, 0, 0, 10), OffsetRange(t.name, 0, 10, 20)
+    instance.add_dynamic_partitions(t.partitions_name, [added.key])
+    defs = Definitions(jobs=[archive_ranges_job(TopicSet([t]))], resources={
+        "kafka": kafka, "swift": swift, "spark": SparkResource(master=connect_server.url)})
+    result = defs.resolve_job_def(JOB).execute_in_process(run_config=ranges_config([added, not_added]),
+                                                          instance=instance, raise_on_error=False)
+    assert not result.success
+    message = result.failure_data_for_node("archive_batch").error.message
+    assert f"{not_added.key} is not a range of {t.asset_name} yet; add it first with: " in message
+    assert f"-m matos_dagster add-ranges {t.name} --partition 0 --start 10 --end 20" in message
+    with swift.store() as store:
+        assert not list(store.list(""))
+
+
 _KILLED = """
 import json, os, sys
 from dagster import DagsterInstance, Definitions
@@ -106,6 +143,8 @@ defs = Definitions(jobs=[archive_ranges_job(TopicSet(topics))], resources={
     "spark": SparkResource(master=a["spark"])})
 ranges = [OffsetRange(**r) for r in a["ranges"]]
 with DagsterInstance.ephemeral() as instance:
+    for t in topics:
+        instance.add_dynamic_partitions(t.partitions_name, [r.key for r in ranges if r.topic == t.name])
     defs.resolve_job_def(JOB).execute_in_process(run_config=ranges_config(ranges), instance=instance)
 print("not killed")
 """

@@ -7,7 +7,11 @@ is shared is the cost around it, which for a quiet topic is most of a range's co
 1. Kafka is asked once for the batch: the topics' partitions, every partition's log start and
    end offsets, each group's committed offsets (core/kafka/many.py);
 2. each range is checked against those and the archive (`range_run.plan`); a refused range is
-   an outcome of its own, the others go on;
+   an outcome of its own, the others go on. A partition's ranges are archived in offset order and
+   stop at its first range not archived: the later ones are neither written nor committed (a
+   manifest above a hole would be overlapped by the range the next run plans from the committed
+   offset). Ranges of one partition that overlap each other are all refused: the archive's
+   check of overlaps sees manifests already written, not the run's other ranges;
 3. every slice of every range runs in ONE Spark job; a task carries several small slices
    (`pack`), and a slice that fails is that slice's outcome, not the job's, so one bad partition
    does not hold back the estate;
@@ -31,13 +35,13 @@ from typing import Any, Callable
 
 from matos_dagster.core import faults
 from matos_dagster.core.archive.commit import advance_many, restart
-from matos_dagster.core.archive.range_run import Archived, DataLoss, Planned, RangeRefused, plan, write_manifest
+from matos_dagster.core.archive.range_run import Archived, DataLoss, Overlaps, Planned, RangeRefused, plan, write_manifest
 from matos_dagster.core.archive.slice_task import RecordTooLarge, SliceJob, archive_slice
 from matos_dagster.core.iceberg.hooks import keep_table
 from matos_dagster.core.iceberg.plan import TableError
 from matos_dagster.core.kafka import many
 from matos_dagster.core.kafka.client import KafkaClient
-from matos_dagster.core.offsets.ranges import OffsetRange
+from matos_dagster.core.offsets.ranges import OffsetRange, overlaps
 from matos_dagster.core.schemas import typed as typed_columns
 from matos_dagster.core.spark.tasks import run_tasks
 from matos_dagster.core.swift import incarnations, layout
@@ -67,6 +71,9 @@ class Outcome:
     error: str | None = None  # one line
     refused: bool = False  # a refusal (the range cannot be archived as asked), not a failure a retry may cure
     location: str = ""  # the range's folder in Swift
+    # Refused because offsets of it are archived already: the first archived entry it overlaps,
+    # `[start, end)` (range_run.Overlaps); the lag sensor plans the partition's next range from it.
+    archived_over: tuple[int, int] | None = None
 
     @property
     def ok(self) -> bool:
@@ -212,8 +219,20 @@ class _Run:
                 o.location = _location(store, topic, o.range, inc)
 
     def check(self, group: list[Outcome], store: Store) -> None:
-        """Step 2 for one partition's ranges, in offset order."""
+        """Step 2 for one partition's ranges, in offset order, up to the first not archived."""
+        clash = overlaps(o.range for o in group)
+        if clash:  # the job refuses these before its run begins; a direct caller is refused here
+            a, b = clash[0]
+            for o in group:
+                o.error, o.refused = (f"ranges {a} and {b} of this run overlap: every offset must be in exactly "
+                                      "one manifest. Give each offset of the partition to one range"), True
+            return
+        first: Outcome | None = None  # the partition's first range not archived
         for o in group:
+            if first is not None:
+                _stopped(o, first)
+                continue
+            first = o  # until it is found archived or planned
             r, topic, tp = o.range, o.topic, (o.range.topic, o.range.partition)
             if o.error is not None:
                 continue
@@ -229,10 +248,13 @@ class _Run:
                          self.typings[topic.name], self.say, inc)
             except (RangeRefused, DataLoss) as e:
                 o.error, o.refused = str(e), True
+                if isinstance(e, Overlaps):
+                    o.archived_over = e.span
                 continue
             except Exception as e:  # noqa: BLE001 - this range's, not the batch's: said, retried by a later run
                 o.error = _one_line(e)
                 continue
+            first = None
             if isinstance(p, Archived):
                 o.archived = p
             else:
@@ -240,8 +262,15 @@ class _Run:
                     self.planned.append((o, p))
 
     def write(self, group: list[tuple[Outcome, Planned]], store: Store) -> None:
-        """Step 4 for one partition's ranges, in offset order: a manifest for each range whose slices all wrote."""
+        """Step 4 for one partition's ranges, in offset order: a manifest for each range whose slices all
+        wrote, up to the first that has none (the objects of the later ones wait, unlisted, for a
+        later run of their range, which writes the same names)."""
+        first: Outcome | None = None
         for o, p in group:
+            if first is not None:
+                _stopped(o, first)
+                continue
+            first = o  # until its manifest is written
             slices = self.slices[id(o)]
             refused = [e["refused"] for s in slices if isinstance(s, list) for e in s if "refused" in e]
             failed = [s["failed"] for s in slices if isinstance(s, dict)]
@@ -257,6 +286,7 @@ class _Run:
             except Exception as e:  # noqa: BLE001 - no manifest: the range is not archived, a later run writes it
                 o.error = _one_line(e)
                 continue
+            first = None
             with self.lock:
                 self.written += 1
                 n = self.written
@@ -306,6 +336,13 @@ class _Stores:
     def close(self) -> None:
         for store in self._made:
             store.close()
+
+
+def _stopped(o: Outcome, first: Outcome) -> None:
+    """`o` is not archived because `first`, before it in its partition, was not."""
+    o.error = (f"not archived: {first.range} before it in this run was not ({first.error}); a partition's "
+               "ranges are archived in offset order, so a later run archives this one")
+    o.refused = False
 
 
 def _by_partition(outcomes: list[Outcome]) -> list[list[Outcome]]:

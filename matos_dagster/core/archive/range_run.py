@@ -48,6 +48,16 @@ class RangeRefused(ValueError):
     """The range cannot be archived as asked; nothing was written."""
 
 
+class Overlaps(RangeRefused):
+    """Offsets of the range are archived already (a range, or an acknowledged loss): `span` is the
+    first such entry, `[start, end)`. No retry of the same range can succeed; the lag sensor plans
+    the partition's next range from it (core/runs/policy.py)."""
+
+    def __init__(self, message: str, span: tuple[int, int]):
+        super().__init__(message)
+        self.span = span
+
+
 class Undecodable(RangeRefused):
     """decode_strict: a record of the range does not decode (which, and why). Nothing is committed;
     objects an attempt wrote are removed by the archive of the range that succeeds."""
@@ -365,15 +375,13 @@ def verify(store: Store, doc: dict) -> None:
 def _refuse_overlaps(archive: PartitionArchive, r: OffsetRange) -> None:
     for e in archive.overlapping(r.start, r.end):
         if e.kind == LOSS:
-            raise RangeRefused(
+            raise Overlaps(
                 f"range {r} overlaps [{e.start}, {e.end}), acknowledged as lost (its {layout.LOSS}): those "
-                "records were deleted from Kafka. Archive the offsets outside it instead."
-            )
+                "records were deleted from Kafka. Archive the offsets outside it instead.", e.span)
         if e.span != (r.start, r.end):
-            raise RangeRefused(
+            raise Overlaps(
                 f"range {r} overlaps the archived range [{e.start}, {e.end}): every offset must be in exactly "
-                "one manifest. Archive the offsets outside it instead."
-            )
+                "one manifest. Archive the offsets outside it instead.", e.span)
 
 
 def _remove_strays(store: Store, directory: str, doc: dict) -> list[str]:

@@ -10,6 +10,8 @@ Status over a window of recent evaluations, as Burrow evaluates a consumer:
   deleted before they were archived (and not acknowledged as lost), or a stall (lag, and
   the committed offset has not moved for `stall_s`);
 - WARN: lag above the topic's threshold in every evaluation of a full window, and not shrinking;
+  or the lag sensor no longer requests the partition's ranges (a range failed again and again:
+  `stopped`, which names the command that goes on), whatever else is said of it;
 - OK otherwise. An acknowledged loss (loss.py) is shown, but is not an error: an operator
   has recorded it, and the partition goes on past it.
 
@@ -184,10 +186,11 @@ def evaluate_partition(
     now: float,
     known: Known | None = None,
     counts: Mapping[Span, Mapping[str, tuple[int, int]]] | None = None,
+    stopped: str | None = None,
 ) -> PartitionReport:
     """`entries`: this partition's entries from `known.sound_to` on (all of them without `known`);
     `history`: its samples from earlier evaluations, oldest first; `counts`: a typed topic's
-    `typed_counts` of those entries."""
+    `typed_counts` of those entries; `stopped`: why the lag sensor no longer requests its ranges."""
     entries = sorted(entries)
     if known is not None and known.sound_to > high:
         known = None
@@ -263,6 +266,11 @@ def evaluate_partition(
         # Every evaluation of a full window: one high sample after a quiet spell is not a trend.
         r.status = WARN
         r.reasons.append(f"lag {lag} above {topic.lag_warn_records} for the last {WINDOW} evaluations and not shrinking")
+    if stopped:
+        # Not an error of the archive, which holds what it holds: the partition waits for an
+        # operator, who must be told so before the backlog turns into loss at retention.
+        r.reasons.append(f"the lag sensor stopped: {stopped}")
+        r.status = max(r.status, WARN, key=_RANK.__getitem__)
     r.known = _known(known, cov, every, entries, counts)
     return r
 

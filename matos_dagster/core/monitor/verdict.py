@@ -61,6 +61,7 @@ class Previous:
     listed: bool = True  # it listed Swift: the days' counts are read again
     days: dict[str, int] | None = None
     missing: bool = False  # the topic was not in Kafka
+    stopped: frozenset[int] = frozenset()  # partitions the lag sensor had stopped requesting
     raw: dict[str, Any] = field(default_factory=dict)  # its `samples` and `archive_state`, as found
 
     @classmethod
@@ -82,6 +83,7 @@ class Previous:
             out.offsets[int(p)] = Offsets(int(low), int(high), None if committed is None else int(committed))
         out.oldest = {int(p): ts for p, ts in (state.get("oldest_ms") or {}).items()}
         out.settled = frozenset(int(p) for p in state.get("settled") or ())
+        out.stopped = frozenset(int(p) for p in state.get("stopped") or ())
         out.listed = bool(state.get("listed", True))
         if all(isinstance(meta.get(k), int) for k in DAYS):
             out.days = {k: meta[k] for k in DAYS}
@@ -107,9 +109,10 @@ class Verdict:
         return monitor.WARN if self.missing else monitor.overall(self.reports)
 
 
-def is_due(previous: Previous, offsets: Mapping[int, Offsets] | None, now: float, max_age_s: float) -> str | None:
+def is_due(previous: Previous, offsets: Mapping[int, Offsets] | None, now: float, max_age_s: float,
+           stopped: Mapping[int, str] | None = None) -> str | None:
     """Why the topic's verdict is to be made again now, or None. `offsets`: its partitions' (None:
-    the topic is not in Kafka)."""
+    the topic is not in Kafka); `stopped`: the partitions the lag sensor stopped requesting, now."""
     if previous.t == 0:
         return "no verdict yet"
     if now - previous.t >= max_age_s:
@@ -122,6 +125,8 @@ def is_due(previous: Previous, offsets: Mapping[int, Offsets] | None, now: float
         return "partitions changed"
     if any(o.committed != previous.offsets[p].committed for p, o in offsets.items()):
         return "committed offsets moved"
+    if set(stopped or ()) != previous.stopped:
+        return "the lag sensor stopped or resumed a partition"
     return None
 
 
@@ -140,9 +145,12 @@ def waiting(previous: Previous, offsets: Mapping[int, Offsets], where: str) -> d
 
 
 def judge(topic: TopicConfig, offsets: Mapping[int, Offsets], oldest: Mapping[int, int | None], previous: Previous,
-          where: str, prefix: str, store: Callable[[], Store], now: float) -> Verdict:
+          where: str, prefix: str, store: Callable[[], Store], now: float,
+          stopped: Mapping[int, str] | None = None) -> Verdict:
     """The topic's verdict. `oldest`: the `waiting` partitions' timestamps (ms); `store`: the Swift
-    store, opened on first use (a topic whose partitions are all carried may not need it)."""
+    store, opened on first use (a topic whose partitions are all carried may not need it);
+    `stopped`: the partitions the lag sensor no longer requests ranges of, and why."""
+    stopped = stopped or {}
     carry = carried(previous, offsets, where)
     known = previous.known if previous.where == where else {}
     listed = [p for p in sorted(offsets) if p not in carry]
@@ -170,7 +178,7 @@ def judge(topic: TopicConfig, offsets: Mapping[int, Offsets], oldest: Mapping[in
         ts = previous.oldest.get(p) if p in carry else oldest.get(p)
         history = previous.samples.get(p, [])
         r = monitor.evaluate_partition(topic, p, o.low, o.high, o.committed, entries.get(p, []), ts, history, now,
-                                       known.get(p) if p in carry else given[p], counts.get(p))
+                                       known.get(p) if p in carry else given[p], counts.get(p), stopped.get(p))
         reports.append(r)
         samples[str(p)] = [[s.t, s.committed, s.lag] for s in (history + [r.sample(now)])[-(monitor.WINDOW - 1):]]
         if _settled(r):
@@ -191,6 +199,7 @@ def judge(topic: TopicConfig, offsets: Mapping[int, Offsets], oldest: Mapping[in
                       for p in sorted(offsets) if offsets[p].high > offsets[p].position},
         "settled": settled,
         "listed": bool(listed),
+        "stopped": sorted(p for p in stopped if p in offsets),
     }
     return Verdict(topic, reports, started, listings, days, samples, state)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterable, Iterator
 
 # Kafka's own rule for topic names (kafka.common.internals.Topic): up to 249 of these.
 TOPIC_PATTERN = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
@@ -104,3 +104,21 @@ def cut(topic: str, partition: int, start: int, end: int, size: int) -> Iterator
         hi = min(lo + size, end)
         yield OffsetRange(topic, partition, lo, hi)
         lo = hi
+
+
+def overlaps(ranges: Iterable[OffsetRange]) -> list[tuple[OffsetRange, OffsetRange]]:
+    """The pairs of distinct ranges of one partition that share an offset, each pair in offset order.
+
+    A run archiving two such ranges would put those offsets in two manifests (the archive's check
+    of overlaps looks at manifests already written, not at the run's other ranges)."""
+    out = []
+    by_partition: dict[tuple[str, int], list[OffsetRange]] = {}
+    for r in sorted(set(ranges)):
+        by_partition.setdefault((r.topic, r.partition), []).append(r)
+    for group in by_partition.values():
+        for i, a in enumerate(group):
+            for b in group[i + 1:]:
+                if b.start >= a.end:
+                    break  # sorted by start: no later range reaches back into `a`
+                out.append((a, b))
+    return out

@@ -6,10 +6,18 @@ and `decide` says what to do: request a new range, request the same range again,
 always with a reason. Rules (docs/design.md): ranges of one partition are archived in order, at
 most one in flight; a failed range is requested again, never skipped; a backlog is cut into
 ranges no larger than the topic's maximum.
+
+A failed range whose offsets are archived already is not requested again: no run of it can
+succeed. Committed past its end (another run archived it), it is done; refused for overlapping
+an archived entry (an operator's range of another cut), the partition's next range is planned
+from that entry: the offsets below it, or those after it. A range given up after MAX_ATTEMPTS
+failures leaves its partition `stopped`: the monitor reports it, with the one command that goes
+on (`stopped_reason`).
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import asdict, dataclass, replace
 
 from matos_dagster.core.archive import loss
@@ -41,6 +49,7 @@ class PartitionState:
     oldest_ts_ms: int | None = None  # timestamp of the first pending record
     requested_ms: int | None = None  # when `key`'s latest run was requested (or first found missing)
     run: str | None = None  # the run key of the run that carries `key` (a batch run carries many ranges)
+    stopped: bool | None = None  # True: `key` failed MAX_ATTEMPTS times and is no longer requested
 
     def to_json(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None}
@@ -88,8 +97,11 @@ def decide(
     now_ms: int,
     oldest_ts_ms: int | None = None,
     avg_record_bytes: float | None = None,
+    archived_over: tuple[int, int] | None = None,
 ) -> Decision:
-    """`run`: IN_FLIGHT, SUCCEEDED, FAILED or MISSING for `state.key`'s latest run (None if no key)."""
+    """`run`: IN_FLIGHT, SUCCEEDED, FAILED or MISSING for `state.key`'s latest run (None if no key).
+    `archived_over`: for a FAILED run that refused the range because offsets of it are archived
+    already, the first archived entry it overlaps, `[start, end)`."""
     warning = None
     if state.committed is not None and offsets.committed != state.committed and (
         offsets.committed is None or state.next is None or offsets.committed != state.next
@@ -106,13 +118,21 @@ def decide(
             run, state = _missing_run(state, offsets, now_ms)
         if run == IN_FLIGHT:
             return Decision(state, reason=f"range {state.key} is in flight", warning=warning)
+        if run == FAILED and offsets.committed is not None and offsets.committed >= parse_key(state.key).end:
+            run = SUCCEEDED  # another run archived it since (an operator's, say after a give-up)
+        elif run == FAILED and archived_over is not None:
+            d = _replan(topic, partition, state, offsets, archived_over, now_ms)
+            if d.request is not None:
+                return replace(d, warning=_join(warning, d.warning))
+            state, warning = d.state, _join(warning, d.warning)
+            run = SUCCEEDED  # what is archived of it is done: the next range is planned below
         if run == FAILED:
             if state.attempt >= MAX_ATTEMPTS:
+                state = replace(state, stopped=True)
                 return Decision(
                     state,
                     reason=f"range {state.key} failed {state.attempt} times; waiting for an operator",
-                    warning=f"{topic.name}/{partition}: range {state.key} failed {state.attempt} times and "
-                    "is no longer requested automatically; see its runs, fix the cause, then re-run it",
+                    warning=stopped_reason(topic.name, partition, state),
                 )
             state = replace(state, attempt=state.attempt + 1, requested_ms=now_ms)
             return Decision(
@@ -126,7 +146,7 @@ def decide(
                 warning=warning,
             )
         # SUCCEEDED: the range is archived.
-        state = replace(state, done=True, requested_ms=None)
+        state = replace(state, done=True, requested_ms=None, stopped=None)
 
     start = start_of_next(state, offsets)
     pending = offsets.high - start
@@ -161,8 +181,41 @@ def decide(
     end = min(offsets.high, start + topic.max_range_records)
     r = OffsetRange(topic.name, partition, start, end)
     state = replace(state, next=end, key=r.key, attempt=1, done=False, oldest_start=None, oldest_ts_ms=None,
-                    requested_ms=now_ms)
+                    requested_ms=now_ms, stopped=None)
     return Decision(state, request=r, run_key=r.key, reason=why, warning=warning)
+
+
+def stopped_reason(topic: str, partition: int, state: PartitionState) -> str:
+    """What a stopped partition waits for, and the one command that goes on: the range archived by
+    hand (a run of the asset; it archives any pending range below it first), after which the
+    committed offset is past the range's end and the sensor plans the next one."""
+    return (f"{topic}/{partition}: range {state.key} failed {state.attempt} times and is no longer requested "
+            f"automatically: see its runs, fix the cause, then run: {sys.executable} -m matos_dagster archive "
+            f"{state.key}")
+
+
+def _replan(topic: TopicConfig, partition: int, state: PartitionState, offsets: Offsets,
+            archived: tuple[int, int], now_ms: int) -> Decision:
+    """The range `state.key`, refused because `archived` (an entry of the archive) overlaps it, planned
+    anew from what the archive holds: the offsets below the entry as a range of their own, requested
+    now (they were due already); or, the entry holding its start, no request and `next` after the
+    entry (the caller plans from there, under the batch policy)."""
+    r = parse_key(state.key)
+    a, b = archived
+    start = max(r.start, offsets.committed if offsets.committed is not None else offsets.low)
+    said = (f"{topic.name}/{partition}: range {state.key} was refused: offsets [{a}, {b}) of it are archived "
+            "already (by another run); ")
+    if a > start:
+        new = OffsetRange(topic.name, partition, start, min(a, start + topic.max_range_records))
+        state = replace(state, next=new.end, key=new.key, attempt=1, done=False, requested_ms=now_ms, stopped=None)
+        return Decision(state, request=new, run_key=new.key, reason=f"range {r.key} refused as archived in part; "
+                        f"the offsets below the archived [{a}, {b})", warning=said + f"requesting {new} instead")
+    state = replace(state, next=max(b, start), done=True, requested_ms=None, stopped=None)
+    return Decision(state, warning=said + f"the partition goes on from offset {state.next}")
+
+
+def _join(*warnings: str | None) -> str | None:
+    return "; ".join(w for w in warnings if w) or None
 
 
 def _missing_run(state: PartitionState, offsets: Offsets, now_ms: int) -> tuple[str, PartitionState]:

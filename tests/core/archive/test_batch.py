@@ -84,3 +84,42 @@ def test_small_slices_share_a_task_and_a_large_one_has_its_own():
     jobs = [_job(0, 10), _job(10, 20), _job(20, 150_000), _job(150_000, 150_010)] + [_job(i, i + 1) for i in range(40)]
     tasks = pack(jobs, most_offsets=100_000, most_slices=32)
     assert [len(t) for t in tasks] == [2, 1, 32, 9]
+
+
+def test_a_partitions_later_ranges_stop_at_its_first_range_not_archived(kafka, swift, spark, new_topic):
+    """No manifest above a hole: the range the next run plans from the committed offset would overlap it."""
+    topic = new_topic(partitions=2)
+    # Partition 0: [5, 8) archived by another run, so [0, 10) is refused when checked.
+    # Partition 1: a record above max_record_bytes at offset 2, so [0, 5)'s slice is refused when run.
+    produce(kafka, topic, [(None, b"v", [], 0)] * 30 + [(None, b"v", [], 1)] * 2 + [(None, b"x" * 100, [], 1)]
+            + [(None, b"v", [], 1)] * 27)
+    cfg = config(topic, max_record_bytes=50, object_bytes=1000)
+    with swift.store() as store:
+        archive_range(OffsetRange(topic, 0, 5, 8), cfg, kafka, store, spark)
+        items = [(OffsetRange(topic, p, a, b), cfg) for p in (0, 1) for a, b in ((0, 10), (10, 20), (20, 30))]
+        done = archive_batch(items, kafka, store, spark)
+        first0, *later0, first1 = done.outcomes[:4]
+        later1 = done.outcomes[4:]
+        assert first0.refused and first0.archived_over == (5, 8)
+        assert first1.refused and "max_record_bytes" in first1.error
+        for first, later in ((first0, later0), (first1, later1)):
+            for o in later:
+                assert not o.ok and not o.refused, "a later run archives them"
+                assert o.error.startswith(f"not archived: {first.range} before it in this run was not (")
+        manifests = sorted(n["name"] for n in store.list("") if n["name"].endswith("_manifest.json"))
+        assert manifests == [f"kafka/topic={topic}/partition=0/{5:020d}-{8:020d}/_manifest.json"]
+        assert kafka.committed(topic, [0, 1], cfg.group) == {0: None, 1: None}
+
+
+def test_ranges_of_one_partition_that_overlap_each_other_are_all_refused(kafka, swift, spark, new_topic):
+    """As archive_batch is called by the job, which refuses such a run before it begins: the last guard."""
+    topic = new_topic(partitions=2)
+    produce(kafka, topic, [(None, b"v", [], p) for p in (0, 1) for _ in range(150)])
+    cfg = config(topic)
+    with swift.store() as store:
+        done = archive_batch([(OffsetRange(topic, 0, 0, 100), cfg), (OffsetRange(topic, 0, 50, 150), cfg),
+                              (OffsetRange(topic, 1, 0, 150), cfg)], kafka, store, spark)
+        a, b, other = done.outcomes
+        assert a.refused and b.refused and "overlap" in a.error and a.error == b.error
+        assert other.ok
+        assert check_archive(kafka, store, topic, cfg.group) == {0: None, 1: 150}

@@ -280,3 +280,15 @@ def test_a_typed_topics_records_that_did_not_decode_are_counted_once_each_and_ca
     plain = judge(0, 100, 100, [(0, 100)])
     assert plain.not_decoded == {} and len(plain.known.to_json()) == 5
     assert Known.from_json([0, 100, 1, 100, []]).decode == ()
+
+
+def test_a_partition_the_lag_sensor_gave_up_on_is_at_least_a_warning_naming_the_command_that_goes_on():
+    why = "t/0: range t:p00000:...-... failed 5 times and is no longer requested automatically: ... archive KEY"
+    entries = [Entry(0, 100, RANGE)]
+    quiet = evaluate_partition(T, 0, 0, 150, 100, entries, None, [], NOW, None, stopped=why)
+    assert quiet.status == WARN and quiet.reasons == [f"the lag sensor stopped: {why}"]
+    # With an error of its own, it stays an error, and the give-up is still said.
+    broken = evaluate_partition(T, 0, 0, 150, 100, entries + [Entry(50, 120, RANGE)], None, [], NOW, None,
+                                stopped=why)
+    assert broken.status == ERROR and broken.reasons[-1] == f"the lag sensor stopped: {why}"
+    assert evaluate_partition(T, 0, 0, 150, 100, entries, None, [], NOW, None).status == OK

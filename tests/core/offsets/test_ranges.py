@@ -2,7 +2,7 @@
 
 import pytest
 
-from matos_dagster.core.offsets.ranges import MalformedKey, OffsetRange, cut, parse_key
+from matos_dagster.core.offsets.ranges import MalformedKey, OffsetRange, cut, overlaps, parse_key
 from matos_dagster.core.offsets.spans import contiguous_end, coverage
 
 
@@ -144,3 +144,23 @@ def test_add_ranges_from_minus_one_starts_after_the_archived_prefix_and_skips_ar
             run_config={"ops": {"add_range_keys": {"config": {"topic": topic}}}},
             instance=instance, resources={"kafka": kafka, "swift": swift})
         assert again.output_for_node("add_range_keys") == []
+
+
+@pytest.mark.parametrize(
+    "spans, expected",
+    [
+        ([(0, 100), (100, 200)], []),  # adjacent: no offset in both
+        ([(0, 100), (50, 150)], [((0, 100), (50, 150))]),
+        ([(50, 150), (0, 100)], [((0, 100), (50, 150))]),  # in any order
+        ([(0, 100), (10, 20), (30, 40)], [((0, 100), (10, 20)), ((0, 100), (30, 40))]),  # contained
+        ([(0, 100), (0, 100)], []),  # the same range twice is one range
+        ([(0, 10), (20, 30), (25, 40), (40, 50)], [((20, 30), (25, 40))]),
+    ],
+)
+def test_ranges_of_one_partition_that_share_an_offset_are_found_in_pairs(spans, expected):
+    got = overlaps([OffsetRange("t", 0, a, b) for a, b in spans])
+    assert [((a.start, a.end), (b.start, b.end)) for a, b in got] == expected
+
+
+def test_ranges_of_other_partitions_or_topics_never_overlap():
+    assert overlaps([OffsetRange("t", 0, 0, 100), OffsetRange("t", 1, 0, 100), OffsetRange("u", 0, 0, 100)]) == []

@@ -1,5 +1,7 @@
 """The lag sensor's decisions, as a table of situations."""
 
+from dataclasses import replace
+
 import pytest
 
 from matos_dagster.core.offsets.ranges import OffsetRange
@@ -13,6 +15,7 @@ from matos_dagster.core.runs.policy import (
     Offsets,
     PartitionState,
     decide,
+    stopped_reason,
 )
 from matos_dagster.core.topics import TopicConfig
 
@@ -131,3 +134,69 @@ def test_a_cursor_from_before_the_request_time_starts_the_clock_instead_of_waiti
 def requested_at(ms: int) -> PartitionState:
     return PartitionState(next=100, key=OffsetRange("t", 0, 0, 100).key, attempt=1, done=False, committed=0,
                           requested_ms=ms)
+
+
+# A range refused because offsets of it are archived already (an operator's range of another cut):
+# no run of it can succeed, so the partition is planned anew from what the archive holds.
+@pytest.mark.parametrize(
+    "key, committed, archived_over, expected_request, expected_next",
+    [
+        # archived by hand from the same start, committed to its end: go on after it, under the batch policy
+        ((0, 100), 70, (0, 70), (70, 1070), 1070),
+        # archived above the range's start, nothing committed: the offsets below it first, requested now
+        ((0, 100), None, (50, 120), (0, 50), 50),
+        ((0, 100), 0, (50, 120), (0, 50), 50),
+        # the committed offset moved into the range meanwhile: from there, up to the archived entry
+        ((0, 100), 20, (50, 120), (20, 50), 50),
+        # an acknowledged loss (or a range) holding the range's start, not yet committed past: after it
+        ((0, 100), 0, (0, 30), (30, 1030), 1030),
+        # the entry ends past the log end's backlog cut: the next range starts at its end
+        ((100, 200), 100, (90, 400), (400, 1400), 1400),
+    ],
+)
+def test_a_range_refused_as_archived_in_part_is_planned_again_from_the_archive_not_repeated(
+        key, committed, archived_over, expected_request, expected_next):
+    state = requested(*key, attempt=MAX_ATTEMPTS)  # even at the last attempt: no give-up
+    d = decide(T, 0, state, Offsets(0, 5000, committed), FAILED, NOW, NOW - 61_000, archived_over=archived_over)
+    assert d.request == OffsetRange("t", 0, *expected_request)
+    assert d.run_key == d.request.key, "a new range (a new key, registered), not a retry"
+    assert d.state.key == d.request.key and d.state.attempt == 1 and d.state.next == expected_next
+    assert not d.state.stopped
+    assert f"offsets [{archived_over[0]}, {archived_over[1]}) of it are archived already" in d.warning
+
+
+def test_a_range_refused_as_archived_whose_rest_is_not_due_waits_under_the_batch_policy():
+    d = decide(T, 0, requested(0, 100), Offsets(0, 90, 0), FAILED, NOW, NOW, archived_over=(0, 60))
+    assert d.request is None and d.state.done and d.state.next == 60
+    assert "30 records waiting" in d.reason and "goes on from offset 60" in d.warning
+
+
+def test_a_failed_range_committed_past_its_end_since_is_done_not_requested_again():
+    """Another run archived it: an operator's, or the command the give-up names."""
+    for attempt in (1, MAX_ATTEMPTS):
+        d = decide(T, 0, requested(0, 100, attempt), Offsets(0, 5000, 100), FAILED, NOW, NOW)
+        assert d.request == OffsetRange("t", 0, 100, 1100) and not d.state.stopped
+
+
+@pytest.mark.parametrize(
+    "situation, state, offsets, run, stopped",
+    [
+        ("given up", requested(attempt=MAX_ATTEMPTS), Offsets(0, 5000, 0), FAILED, True),
+        ("still retried", requested(attempt=MAX_ATTEMPTS - 1), Offsets(0, 5000, 0), FAILED, None),
+        ("given up, then archived by hand", replace(requested(attempt=MAX_ATTEMPTS), stopped=True),
+         Offsets(0, 5000, 100), FAILED, None),
+        ("given up, still failed", replace(requested(attempt=MAX_ATTEMPTS), stopped=True), Offsets(0, 5000, 0),
+         FAILED, True),
+        ("in flight", requested(), Offsets(0, 5000, 0), IN_FLIGHT, None),
+    ],
+)
+def test_a_partition_given_up_on_is_marked_stopped_with_the_one_command_that_goes_on(
+        situation, state, offsets, run, stopped):
+    d = decide(T, 7, state, offsets, run, NOW, NOW)
+    assert d.state.stopped == stopped, situation
+    assert PartitionState.from_json(d.state.to_json()) == d.state
+    if stopped:
+        key = OffsetRange("t", 0, 0, 100).key
+        assert d.warning == stopped_reason("t", 7, d.state)
+        assert d.warning.startswith(f"t/7: range {key} failed {MAX_ATTEMPTS} times")
+        assert d.warning.endswith(f"-m matos_dagster archive {key}")
