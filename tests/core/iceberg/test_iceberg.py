@@ -355,3 +355,27 @@ def test_spark_sql_over_the_table_on_a_spark_connect_session(kafka, swift, spark
     line = [x for x in out.stdout.splitlines() if x.startswith("ROWS ")]
     assert line, out.stdout[-2000:] + out.stderr[-3000:]
     assert json.loads(line[0][5:]) == [[0, i, f"v{i}"] for i in range(50)]
+
+
+def test_a_later_incarnation_of_a_topic_has_a_table_of_its_own_and_adds_nothing_to_the_earlier_ones(
+        kafka, swift, spark, new_topic, tables_on):
+    """A topic deleted and created again starts at offset 0 again: its ranges in the earlier log's table
+    would repeat offsets. Incarnation 2's ranges (here the same records archived as incarnation 2)
+    go to `<topic>__incarnation_2`, and the topic's table keeps only incarnation 1's."""
+    from matos_dagster.core.iceberg.hooks import table_name
+    from matos_dagster.core.swift.incarnations import Incarnation
+
+    topic = new_topic()
+    produce(kafka, topic, ((f"k{i}".encode(), f"v{i}".encode(), [], 0) for i in range(20)))
+    cfg = TopicConfig(name=topic, group=f"g-{uuid.uuid4().hex[:8]}")
+    with swift.store() as store:
+        archive_range(OffsetRange(topic, 0, 0, 20), cfg, kafka, store, spark)
+        second = archive_range(OffsetRange(topic, 0, 0, 20), cfg, kafka, store, spark,
+                               incarnation=Incarnation(2, "KP4OX/ckTgCidsZp99pVGg"))
+        assert second.manifest_name.startswith(f"kafka/incarnation=2/topic={topic}/")
+        tables = Tables(store)
+        first, later = tables.table(topic, create=False), tables.table(table_name(topic, 2), create=False)
+        expected = read_kafka(kafka, topic, 0, 0, 20)
+        assert as_rows(first.scan().to_arrow()) == expected and as_rows(later.scan().to_arrow()) == expected
+        assert not [f for f in table_files(first) if "/incarnation=" in f]
+        assert all("/incarnation=2/" in f for f in table_files(later))
