@@ -31,7 +31,7 @@ from matos_dagster.core.offsets.ranges import OffsetRange
 from matos_dagster.core.swift import incarnations, layout
 from matos_dagster.core.swift.incarnations import Incarnation, IncarnationError
 from matos_dagster.core.topics import TopicConfig
-from matos_dagster.core.verify import BEYOND_END, EVERYTHING, GAP, verify_topic
+from matos_dagster.core.verify import BEYOND_END, EVERYTHING, GAP, manifest_issues, verify_topic
 from matos_dagster.jobs.compact import compact_job
 from matos_dagster.jobs.restore import restore_job
 from matos_dagster.resources import SwiftResource
@@ -129,6 +129,18 @@ def test_verify_of_the_earlier_incarnation_still_finds_a_hole_between_its_ranges
         assert [(p.kind, p.start, p.end) for p in report.problems] == [(GAP, 10, 20)], report.render()
     finally:
         logs.store.put(name, doc)
+
+
+def test_a_manifest_that_names_another_incarnation_than_its_prefixes_is_reported():
+    doc = {"topic": "t", "partition": 0, "start": 0, "end": 10, "format": "parquet", "records": 0, "objects": [],
+           "topic_id": "B", "incarnation": 2}
+    assert manifest_issues(doc, "t", 0, (0, 10), Incarnation(2, "B")) == ([], True)
+    assert manifest_issues(dict(doc, topic_id=None), "t", 0, (0, 10), Incarnation(2, "B")) == ([], True)
+    for under in (Incarnation(1, "A"), Incarnation(2, "C")):
+        issues, usable = manifest_issues(doc, "t", 0, (0, 10), under)
+        assert issues == [f"names incarnation 2 (topic id B), yet lies under {under}'s prefix: another log's range"]
+    legacy = {k: v for k, v in doc.items() if k not in ("topic_id", "incarnation")}
+    assert manifest_issues(legacy, "t", 0, (0, 10), Incarnation(1, "A")) == ([], True)
 
 
 def test_read_table_reads_each_incarnation_its_own_records(logs):

@@ -102,7 +102,7 @@ def verify_topic(
     try:
         for p in sorted(set(parts) | set(archived)):
             _partition(report, PartitionArchive(store, prefix, topic, p), topic_config.group, committed.get(p),
-                       marks.get(p), since, move, reader, say, live, hint)
+                       marks.get(p), since, move, reader, say, live, hint, chosen.incarnation)
     finally:
         if reader is not None:
             reader.close()
@@ -112,7 +112,8 @@ def verify_topic(
 
 def _partition(report: Report, archive: PartitionArchive, group: str, committed: int | None,
                watermarks: tuple[int, int] | None, since: Since, move: bool, reader: KafkaRecords | None,
-               say: Callable[[str], None] | None, live: bool = True, hint: str = "") -> None:
+               say: Callable[[str], None] | None, live: bool = True, hint: str = "",
+               incarnation=None) -> None:
     """`live`: Kafka holds this incarnation's log (else: no watermarks, no committed offset; the entries
     are judged by their own contiguity). `hint`: what a range past Kafka's log end may mean."""
     topic, p = archive.topic, archive.partition
@@ -155,7 +156,7 @@ def _partition(report: Report, archive: PartitionArchive, group: str, committed:
         if start is not None and e.end <= start:
             continue  # the entry below the audit's start: judged for coverage only
         if e.kind == RANGE:
-            check_range(report, archive, e, low, reader, summary)
+            check_range(report, archive, e, low, reader, summary, incarnation)
         else:
             check_loss(report, archive, e, low)
         if say:

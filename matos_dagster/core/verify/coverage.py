@@ -242,8 +242,12 @@ def sound_end(start: int, entries: Iterable[tuple[int, int]], bad: Iterable[Prob
 # -- documents ------------------------------------------------------------------------------
 
 
-def manifest_issues(doc: Any, topic: str, partition: int, span: tuple[int, int]) -> tuple[list[str], bool]:
-    """(what is wrong with a manifest as a document, whether its objects can still be checked)."""
+def manifest_issues(doc: Any, topic: str, partition: int, span: tuple[int, int],
+                    incarnation: Any = None) -> tuple[list[str], bool]:
+    """(what is wrong with a manifest as a document, whether its objects can still be checked).
+
+    `incarnation` (an incarnations.Incarnation): the one whose prefix the manifest lies under; a
+    manifest that names another (version 4's `incarnation` and `topic_id`) is another log's range."""
     if not isinstance(doc, dict):
         return ["is not a JSON object"], False
     missing = [k for k in ("topic", "partition", "start", "end", "format", "records", "objects") if k not in doc]
@@ -254,6 +258,12 @@ def manifest_issues(doc: Any, topic: str, partition: int, span: tuple[int, int])
     if said != (topic, partition, *span):
         out.append(f"names {said[0]}/{said[1]}[{said[2]}, {said[3]}), not the range of its folder "
                    f"{topic}/{partition}[{span[0]}, {span[1]})")
+    if incarnation is not None and "incarnation" in doc:
+        said_id = doc.get("topic_id")
+        if doc["incarnation"] != incarnation.number or (
+                said_id is not None and incarnation.topic_id is not None and said_id != incarnation.topic_id):
+            out.append(f"names incarnation {doc['incarnation']} (topic id {said_id or 'unknown'}), yet lies under "
+                       f"{incarnation}'s prefix: another log's range")
     if doc["format"] not in layout.EXTENSIONS:
         out.append(f"has unknown format {doc['format']!r}")
         usable = False

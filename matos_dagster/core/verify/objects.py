@@ -44,8 +44,9 @@ Say = Callable[..., None]
 
 
 def check_range(report: Report, archive: PartitionArchive, entry: Entry, low: int | None,
-                reader: KafkaRecords | None, summary: PartitionSummary) -> None:
-    """Check an archived range's manifest and objects, and compare its records with Kafka's."""
+                reader: KafkaRecords | None, summary: PartitionSummary, incarnation=None) -> None:
+    """Check an archived range's manifest and objects, and compare its records with Kafka's.
+    `incarnation`: the one audited (its manifests must not name another)."""
     store, topic, p, span = archive.store, archive.topic, archive.partition, entry.span
     mname = layout.manifest_name(archive.prefix, archive.range(entry))
     where = f"{topic}/{p}[{span[0]}, {span[1]})"
@@ -58,7 +59,7 @@ def check_range(report: Report, archive: PartitionArchive, entry: Entry, low: in
     doc = _json(store, mname, where, "manifest", problem)
     if doc is None:
         return
-    issues, usable = manifest_issues(doc, topic, p, span)
+    issues, usable = manifest_issues(doc, topic, p, span, incarnation)
     for msg in issues:
         problem(MANIFEST, f"{where}: manifest {mname} {msg}")
     if not usable:
