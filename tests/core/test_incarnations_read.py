@@ -68,8 +68,9 @@ class TwoLogs:
         incarnations.write(self.store, self.prefix, self.name,
                            [Incarnation(1, self.id1, 1), Incarnation(2, self.id2, 2)])
         self.cfg2 = dataclasses.replace(self.cfg, prefix=layout.join(self.cfg.prefix, "incarnation=2"))
-        for start, end in ((0, 5), (5, 10), (10, 15)):
-            archive_range(OffsetRange(self.name, 0, start, end), self.cfg2, kafka, self.store, spark)
+        for start, end in ((0, 5), (5, 10), (10, 15)):  # as the archive writes them: manifests naming the log
+            archive_range(OffsetRange(self.name, 0, start, end), self.cfg, kafka, self.store, spark,
+                          incarnation=Incarnation(2, self.id2, 2))
         assert kafka.committed(self.name, [0], self.cfg.group) == {0: 15}
 
     def objects(self, incarnation: int) -> dict[str, str]:
@@ -184,6 +185,10 @@ def test_compaction_compacts_the_current_incarnation_and_leaves_the_earlier_unto
         resources={"kafka": kafka, "swift": logs.swift, "spark": spark_resource})
     assert run.output_for_node("compact_archive") >= 2, "no range of incarnation 2 was merged"
     assert logs.objects(1) == before
+    merged = [m for m in (logs.store.get_json(o["name"]) for o in logs.store.list(
+        layout.partition_dir(incarnations.prefix_of(logs.prefix, 2), logs.name, 0) + "/")
+        if o["name"].endswith(layout.MANIFEST)) if "replaces" in m]
+    assert merged and all((m["incarnation"], m["topic_id"]) == (2, logs.id2) for m in merged), merged
     assert picked(reader.read_table(logs.store, logs.prefix, logs.name), *FIELDS) == \
         [{f: r[f] for f in FIELDS} for r in logs.second]
     assert picked(reader.read_table(logs.store, logs.prefix, logs.name, incarnation=1), *FIELDS) == \

@@ -225,7 +225,10 @@ def _switch(g: Group, job: MergeJob, written: list[dict], docs, archive: Partiti
     inputs = [docs[(m.start, m.end)] for m in g.members]
     # A typed topic's: the typed sides of the replaced ranges, whose counts the merged objects keep.
     typed = {side: t["format"] for d in inputs for side, t in d.get("typed", {}).items()}
-    doc = manifest.build(r, fmt, written, typed) if typed else manifest.build(r, fmt, written)
+    # The log the replaced ranges were read from (manifest version 4): the merged range is of the same one.
+    of_log = next(({"topic_id": d.get("topic_id"), "incarnation": d["incarnation"]} for d in reversed(inputs)
+                   if "incarnation" in d), {})
+    doc = manifest.build(r, fmt, written, typed or None, **of_log)
     doc["record_bytes"] = sum(int(d.get("record_bytes", 0)) for d in inputs)
     doc["replaces"] = [[m.start, m.end] for m in g.members]
     for k, want in (("records", sum(d["records"] for d in inputs)),
