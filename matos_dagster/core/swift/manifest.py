@@ -27,6 +27,10 @@ columns. Readers read both: Parquet readers take any row groups, and the keys ar
 `{"<hour start, ms>": [records, bytes, first_offset, last_offset, max_timestamp]}`, records
 without a timestamp in none), and for a typed topic `typed` (its objects have typed columns). A
 matos-dagster that reads 1 and 2 only says of a version 3 manifest that it must be upgraded.
+4: `erased`, the offsets of the range whose records an erasure removed (core/erase/), sorted: in
+Kafka, deliberately not in the archive; absent when none was. Counts, offsets, sizes, checksums,
+typed counts and `hours` are those of the records left. Objects rewritten by an erasure are named
+`part-<offset>.e<n>.<ext>` (layout.py). A matos-dagster that reads 1 to 3 refuses version 4.
 """
 
 from __future__ import annotations
@@ -37,8 +41,8 @@ from typing import Any
 from matos_dagster.core.days import buckets
 from matos_dagster.core.offsets.ranges import OffsetRange
 
-VERSION = 3
-VERSIONS = (1, 2, 3)  # what readers accept
+VERSION = 4
+VERSIONS = (1, 2, 3, 4)  # what readers accept
 OBJECT_KEYS = ("name", "records", "bytes", "md5", "first_offset", "last_offset", "min_timestamp", "max_timestamp")
 
 
@@ -46,9 +50,11 @@ class ManifestError(ValueError):
     pass
 
 
-def build(r: OffsetRange, fmt: str, objects: list[dict], typed: dict[str, str] | None = None) -> dict:
+def build(r: OffsetRange, fmt: str, objects: list[dict], typed: dict[str, str] | None = None,
+          erased: list[int] | None = None) -> dict:
     """The manifest of `r`'s objects; `typed`: the typed sides' formats ({"value": "avro"}), by default
-    those the objects' own `typed` entries name (none: an untyped manifest)."""
+    those the objects' own `typed` entries name (none: an untyped manifest); `erased`: offsets whose
+    records were left out because an erasure asked it (core/erase/)."""
     objects = sorted(objects, key=lambda o: o["first_offset"])
     if typed is None:
         typed = {side: t["format"] for o in objects for side, t in o.get("typed", {}).items()}
@@ -82,7 +88,16 @@ def build(r: OffsetRange, fmt: str, objects: list[dict], typed: dict[str, str] |
         **({"typed": typed_totals(typed, objects)} if typed else {}),
         **({"hours": buckets.to_json(buckets.merge(*(buckets.from_json(o["hours"]) for o in objects)))}
            if objects and all("hours" in o for o in objects) else {}),
+        **({"erased": erased_offsets(r, erased, objects)} if erased else {}),
     }
+
+
+def erased_offsets(r: OffsetRange, erased: list[int], objects: list[dict]) -> list[int]:
+    """`erased`, sorted, checked to lie inside the range."""
+    out = sorted(set(erased))
+    if out and not (r.start <= out[0] and out[-1] < r.end):
+        raise ManifestError(f"erased offsets {out[0]}..{out[-1]} are not all inside {r}")
+    return out
 
 
 def _typed_of(o: dict) -> dict:
@@ -150,6 +165,7 @@ class Manifest:
     replaces: list[list[int]] = _ABSENT  # a compacted range's: the ranges it contains (core/compact/)
     typed: dict = _ABSENT  # a typed topic's: per side, format, schema ids, counts (the objects' summed)
     hours: dict = _ABSENT  # per hour of event time: records, bytes, first and last offset, max timestamp
+    erased: list[int] = _ABSENT  # version 4: offsets whose records an erasure removed (core/erase/)
 
     @property
     def range(self) -> OffsetRange:
@@ -168,6 +184,9 @@ class Manifest:
             m = cls(**{**_typed(cls, doc, "manifest", skip={"objects"}), "objects": listed})
         except TypeError as e:  # a key it lacks or one it should not have
             raise ManifestError(f"manifest is not of version {' or '.join(map(str, VERSIONS))}: {e}") from None
+        if m.erased is not _ABSENT and (not isinstance(m.erased, list) or any(
+                not isinstance(o, int) or isinstance(o, bool) for o in m.erased)):
+            raise ManifestError(f"manifest: erased must be a list of offsets, got {m.erased!r}")
         for where, typed in [("manifest", m.typed)] + [(f"object {i}", o.typed) for i, o in enumerate(listed)]:
             if typed is not _ABSENT:
                 _check_typed(typed, where, per_object=where != "manifest")
