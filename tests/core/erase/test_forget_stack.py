@@ -223,8 +223,12 @@ def killed(swift, request_id: str, topic: str, point: str) -> None:
         assert code == -signal.SIGKILL, f"not killed at {point}: exit {code}\n{out.read()[-3000:]}"
 
 
-@pytest.mark.parametrize("point", ["forget-after-ledger", "erase-after-objects", "erase-after-manifest",
-                                   "forget-after-record"])
+@pytest.mark.parametrize("point", [
+    pytest.param("forget-after-ledger", marks=pytest.mark.slow),
+    pytest.param("erase-after-objects", marks=pytest.mark.slow),
+    "erase-after-manifest",  # the one in the default suite: old objects left as strays beside the new manifest
+    pytest.param("forget-after-record", marks=pytest.mark.slow),
+])
 def test_an_erasure_killed_at_a_step_then_run_again_ends_as_one_that_was_not(kafka, swift, spark, new_topic, point):
     cfg = config(new_topic())
     erased = {cfg.name: load(kafka, cfg.name, 20)}
