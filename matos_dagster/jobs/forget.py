@@ -7,7 +7,6 @@ request in Swift holds their keyed hashes). Each partition is rewritten in its t
 so no archive run writes in a folder while this run rewrites it.
 """
 
-from __future__ import annotations
 
 from dagster import Config, Failure, JobDefinition, MetadataValue, OpExecutionContext, Output, in_process_executor, job, op
 from pydantic import Field

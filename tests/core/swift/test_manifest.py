@@ -77,13 +77,13 @@ def test_a_version_1_manifest_still_reads_back_to_its_bytes_and_a_newer_version_
     doc = manifest.build(OffsetRange("t", 0, 0, 10), "parquet", [
         {"name": "a", "records": 10, "bytes": 5, "md5": "m", "first_offset": 0, "last_offset": 9,
          "min_timestamp": 1, "max_timestamp": 7, "largest_record_bytes": 3, "record_bytes": 20}])
-    assert doc["version"] == manifest.VERSION == 3
+    assert doc["version"] == manifest.VERSION == 4
     old = {**doc, "version": 1}
     m = manifest.Manifest.from_json(old)
     assert m.version == 1 and canonical_json(m.to_json()) == canonical_json(old)
-    with pytest.raises(manifest.ManifestError, match="manifest version 4 is not one this matos-dagster reads "
-                                                     r"\(1, 2, 3\): upgrade matos-dagster"):
-        manifest.Manifest.from_json({**doc, "version": 4})
+    with pytest.raises(manifest.ManifestError, match="manifest version 5 is not one this matos-dagster reads "
+                                                     r"\(1, 2, 3, 4\): upgrade matos-dagster"):
+        manifest.Manifest.from_json({**doc, "version": 5})
 
 
 # -- build's refusals: an object set that would put an offset twice, or outside its range, in a manifest --
