@@ -245,3 +245,34 @@ def test_an_erasure_killed_at_a_step_then_run_again_ends_as_one_that_was_not(kaf
         assert request.read(store, store.params.prefix, request_id) is None
         with pytest.raises(request.RequestError, match="it was carried out"):
             carry_out(request_id, store, {cfg.name: cfg}, SECRET)
+
+
+def test_the_forget_job_takes_a_request_id_and_leaves_no_key_in_dagster_storage_or_logs(
+        kafka, swift, spark, new_topic, tmp_path, caplog):
+    from dagster import DagsterInstance
+
+    from matos_dagster.core.topic_set import TopicSet
+    from matos_dagster.jobs.forget import forget_job
+
+    cfg = config(new_topic())
+    load(kafka, cfg.name, 10)
+    home = tmp_path / "dagster"
+    home.mkdir()
+    with swift.store() as store:
+        archive(kafka, store, spark, cfg, 0, 10)
+        request_id = ask(kafka, store, [cfg])
+        with DagsterInstance.local_temp(str(home)) as instance:
+            result = forget_job(TopicSet([cfg])).execute_in_process(
+                run_config={"ops": {"forget_keys": {"config": {"request": request_id}}}}, instance=instance,
+                resources={"swift": swift})
+            assert result.success
+            assert result.output_for_node("forget_keys") == 2
+            run_config = instance.get_run_by_id(result.run_id).run_config
+        assert run_config == {"ops": {"forget_keys": {"config": {"request": request_id}}}}
+        assert_forgotten(kafka, store, [cfg], {cfg.name: [2, 7]})
+        assert request.read(store, store.params.prefix, request_id) is None
+    stored = b"".join(p.read_bytes() for p in home.rglob("*") if p.is_file())
+    assert request_id.encode() in stored  # the storage was searched: the run is in it
+    for form in (KEY, KEY.hex().encode(), __import__("base64").b64encode(KEY)):
+        assert form not in stored
+        assert form.decode() not in caplog.text
