@@ -8,12 +8,14 @@ the monitor.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 
 import pytest
@@ -25,6 +27,7 @@ from matos_dagster.core.archive.range_run import archive_range
 from matos_dagster.core.compact.run import compact_topic
 from matos_dagster.core.erase import keys, ledger, request
 from matos_dagster.core.erase.run import carry_out
+from matos_dagster.core.monitor import report as monitor
 from matos_dagster.core.offsets.ranges import OffsetRange
 from matos_dagster.core.records.objects import decode
 from matos_dagster.core.settings import PROJECT_ROOT
@@ -101,6 +104,12 @@ def assert_forgotten(kafka, store, cfgs, erased: dict[str, list[int]]) -> None:
         report = verify_topic(kafka, store, prefix(store, cfg), cfg, None)  # every record compared with Kafka
         assert report.ok, report.render()
         assert report.compared == len(want)
+        # The monitor: erased offsets are neither a gap nor lost.
+        end = kafka.watermarks(cfg.name, [0])[0][1]
+        archive_ = PartitionArchive(store, prefix(store, cfg), cfg.name, 0)
+        judged = monitor.evaluate_partition(cfg, 0, 0, end, end, monitor.read_entries(archive_, None, end), None, [],
+                                            time.time(), None)
+        assert (judged.status, judged.ahwm, judged.gaps, judged.lost) == (monitor.OK, end, [], []), judged.reasons
 
 
 def no_strays(store, cfg) -> None:
@@ -170,6 +179,13 @@ def test_a_range_archived_again_after_the_erasure_leaves_the_key_out(kafka, swif
         assert again.manifest["erased"] == [2, 7]
         assert_forgotten(kafka, store, [cfg], erased)
         no_strays(store, cfg)
+        # Compaction carries the erased offsets into the range it merges: erased, not a gap.
+        smaller = dataclasses.replace(cfg, compact_bytes=1000)  # the ranges lost their erased records' bytes
+        done = compact_topic(smaller, kafka.committed(cfg.name, [0], cfg.group), store, spark)
+        assert [g for p in done.partitions for g in p.groups] == [(0, 20)]
+        merged = store.get_json(layout.manifest_name(prefix(store, cfg), OffsetRange(cfg.name, 0, 0, 20)))
+        assert merged["erased"] == [2, 7, 12, 17] and merged["records"] == 16
+        assert_forgotten(kafka, store, [cfg], erased)
         # A record of the key produced after the request is archived as any other.
         load(kafka, cfg.name, 5, first=20)
         later = archive_range(OffsetRange(cfg.name, 0, 20, 25), cfg, kafka, store, spark)
@@ -194,6 +210,7 @@ def test_writers_refuse_a_ledger_they_cannot_apply_in_one_line(kafka, swift, spa
 _KILLED = """
 import json, os, sys
 from matos_dagster.core.erase.run import carry_out
+from matos_dagster.core.monitor import report as monitor
 from matos_dagster.core.topics import TopicConfig
 from matos_dagster.resources import SwiftResource
 
