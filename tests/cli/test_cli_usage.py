@@ -115,6 +115,10 @@ REFUSALS = [
     (["monitor", "demo"], {"MATOS_MONITOR_INTERVAL_S": "every five minutes"},
      "monitor: MATOS_MONITOR_INTERVAL_S is 'every five minutes': it takes a whole number of seconds"),
     (["load", "demo"], {"MATOS_NATIVE_READER": "0"}, "load: MATOS_NATIVE_READER is '0': it takes one of true, false"),
+    (["forget", "--topic", "demo", "--key", "hex:0g", "--reason", "t"], {},
+     "forget: --key: after `hex:` give an even number of hex digits"),
+    (["forget", "--topic", "demo", "--key", "customer-42", "--reason", "t"], {},
+     "forget: MATOS_ERASURE_KEY is not set"),
 ]
 
 
