@@ -76,7 +76,7 @@ def erase_partition(store: Store, prefix: str, topic: str, partition: int, match
     archive = PartitionArchive(store, prefix, topic, partition)
     for folder in archive.folders_from(0):
         listed, erased = set(), set()
-        if folder.entry is not None and folder.entry.kind == RANGE or layout.MANIFEST in _bases(folder):
+        if (folder.entry is not None and folder.entry.kind == RANGE) or layout.MANIFEST in _bases(folder):
             listed, erased = _erase_range(store, prefix, OffsetRange(topic, partition, folder.start, folder.end),
                                           matcher, done, say, on_range)
         for name in folder.names:
@@ -122,9 +122,8 @@ def _erase_range(store: Store, prefix: str, r: OffsetRange, matcher: Matcher, do
     faults.at("erase-after-objects")
     formats = {side: t["format"] for side, t in doc.get("typed", {}).items()} or None
     new = manifest.build(r, fmt, entries, formats, erased=doc.get("erased", []) + erased_now)
-    for k in ("replaces",):
-        if k in doc:
-            new[k] = doc[k]
+    if "replaces" in doc:  # a compacted range stays one
+        new["replaces"] = doc["replaces"]
     new["record_bytes"] = int(doc.get("record_bytes", 0)) - erased_bytes
     store.put_json(mname, new)
     faults.at("erase-after-manifest")
