@@ -25,6 +25,7 @@ from matos_dagster.core.topics import TopicConfig
 from matos_dagster.jobs.archive_ranges import archive_ranges_job
 from matos_dagster.jobs.backfill import backfill_job
 from matos_dagster.jobs.compact import compact_job, compact_schedule
+from matos_dagster.jobs.forget import forget_job
 from matos_dagster.jobs.iceberg import iceberg_job
 from matos_dagster.jobs.load import load_job
 from matos_dagster.jobs.loss import acknowledge_loss_job
@@ -62,7 +63,7 @@ def archive_definitions(
 
     Assets (an archive asset per topic, partitioned by offset ranges, with its monitor check; a topic's
     days), the jobs (`archive_ranges`, `add_ranges`, `backfill`, `restore`, `verify`, `compact`,
-    `retention`, `acknowledge_loss`, `iceberg_table`, `monitor_checks`, `load`), the sensors (`lag`,
+    `retention`, `acknowledge_loss`, `iceberg_table`, `monitor_checks`, `load`, `forget`), the sensors (`lag`,
     `monitor`, `days`, `event_time_automation`), the schedules and the three resources. Merge them
     with your own (`Definitions.merge`), or return them from a `@definitions` function. Nothing is
     read from the environment or the network when this module is imported; building reads Kafka's
@@ -138,7 +139,7 @@ def archive_definitions(
         jobs=[load_job(names), archive_ranges_job(topic_set, names), add_ranges,
               backfill_job(topic_set, add_ranges, asset_graph, names), acknowledge_loss_job(topic_set, names),
               restore_job(listed, names), verify_job(topic_set, names), retention, compact,
-              iceberg_job(topic_set, names), monitor_job(checks, names)],
+              iceberg_job(topic_set, names), monitor_job(checks, names), forget_job(topic_set, names)],
         sensors=[lag_sensor(topic_set, sensor_interval_s, names=names),
                  monitor_sensor(topic_set, monitor_interval_s, sensor_interval_s, names=names)]
         # A pattern may match a topic with days at any tick: the sensor then reports its windows.

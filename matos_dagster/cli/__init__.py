@@ -102,6 +102,11 @@ def parser() -> argparse.ArgumentParser:
                 "remove-key demo:p00000:00000000000000000000-00000000000000000001", ranges.remove_key)
     c.add_argument("keys", nargs="+", metavar="KEY", help="partition keys to remove")
     jobs.add_subcommands(sub, Formatter)
+    from matos_dagster.cli import forget
+
+    c = command("forget", "erase the records of Kafka keys from a topic's whole archive, and record it",
+                forget.DESCRIPTION, "forget --topic orders --key customer-42 --reason 'ticket 4711'", forget.run)
+    forget.add_arguments(c)
     from matos_dagster.cli import audit
 
     c = command("audit", "verify a topic's archive from outside Dagster: entries, objects, optionally records "

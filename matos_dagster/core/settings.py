@@ -144,6 +144,11 @@ SETTINGS: tuple[Setting, ...] = (
             "pyiceberg catalog properties, `key=value` pairs separated by `;` (e.g. `type=rest;uri=https://...`); "
             "empty: an embedded sqlite SqlCatalog, `<MATOS_DEVSTACK_DIR>/iceberg/catalog.db`.", secret=True, kind=Pairs()),
     Setting("MATOS_ICEBERG_NAMESPACE", "", "Catalog namespace of the tables (one per topic); empty: the container's name."),
+    # Forgetting (docs/operations/forgetting.md)
+    Setting("MATOS_ERASURE_KEY", "",
+            "Key of the keyed hash (HMAC-SHA256) by which the archive records which Kafka keys it erased, never "
+            "the keys: text, `hex:...` or `base64:...`, at least 16 bytes. Required by `matos forget` and the "
+            "`forget` job; while a topic's erasure ledger applies, its archive runs need it too.", secret=True),
     # Retention of Dagster's own records (the archive in Swift is never pruned)
     Setting("MATOS_RETENTION_CRON", "7 * * * *", "When the `retention` job prunes old partition keys and runs (cron).", kind=Cron()),
     Setting("MATOS_KEEP_KEYS", "1000",

@@ -51,7 +51,8 @@ def test_every_command_has_a_description_an_example_and_help_for_each_argument(n
 def test_every_job_that_takes_config_has_a_command():
     from matos_dagster import definitions
     commanded = {c.job for c in jobs.COMMANDS} | {"add_ranges", "backfill", "acknowledge_loss",
-                                                  "archive_ranges"}  # archive --one-run
+                                                  "archive_ranges",  # archive --one-run
+                                                  "forget"}  # matos forget: the request, then the job
     with_config = {j.name for j in definitions.defs.resolve_all_job_defs()
                    # monitor_, days_, hours_: run by their schedule or sensor (a day's job takes a
                    # partition key, as `dagster asset materialize --partition` gives it, no config).
@@ -114,6 +115,10 @@ REFUSALS = [
     (["monitor", "demo"], {"MATOS_MONITOR_INTERVAL_S": "every five minutes"},
      "monitor: MATOS_MONITOR_INTERVAL_S is 'every five minutes': it takes a whole number of seconds"),
     (["load", "demo"], {"MATOS_NATIVE_READER": "0"}, "load: MATOS_NATIVE_READER is '0': it takes one of true, false"),
+    (["forget", "--topic", "demo", "--key", "hex:0g", "--reason", "t"], {},
+     "forget: --key: after `hex:` give an even number of hex digits"),
+    (["forget", "--topic", "demo", "--key", "customer-42", "--reason", "t"], {},
+     "forget: MATOS_ERASURE_KEY is not set"),
 ]
 
 

@@ -24,7 +24,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from matos_dagster.core import faults
+from matos_dagster.core import faults, settings
+from matos_dagster.core.erase import ledger
+from matos_dagster.core.erase.keys import SETTING as ledger_key
 from matos_dagster.core.archive import loss
 from matos_dagster.core.archive.commit import advance, restart
 from matos_dagster.core.archive.slice_task import SliceJob, archive_slice
@@ -230,6 +232,10 @@ def plan(r: OffsetRange, topic: TopicConfig, kafka: KafkaClient, store: Store, m
         after = advance(kafka, store, prefix, topic, r.partition, low)
         return Archived(r, name, existing, True, committed, after, 0.0, already_archived=True, log_end=high)
 
+    try:
+        leave = ledger.leave(ledger.read(store, prefix, r.topic), r.partition, r.start, settings.get(ledger_key))
+    except ledger.LedgerError as e:
+        raise RangeRefused(f"range {r}: {e}") from None
     jobs = [
         SliceJob(
             slice=s,
@@ -241,6 +247,7 @@ def plan(r: OffsetRange, topic: TopicConfig, kafka: KafkaClient, store: Store, m
             object_bytes=topic.object_bytes,
             max_record_bytes=topic.max_record_bytes,
             typing=typing,
+            leave=leave,
         )
         for s in r.slices(topic.slice_records)
     ]
@@ -254,6 +261,9 @@ def write_manifest(p: Planned, objects: list[dict], store: Store, say: Callable[
     `say_reader`: say which slice reader read the range (a batch says it once for all its ranges)."""
     r = p.range
     reader = ", ".join(sorted({o.pop("reader") for o in objects if "reader" in o}))
+    # Records the erasure ledger left out (core/erase/ledger.py): the manifest names their offsets.
+    erased = [off for o in objects if "erased" in o for off in o["erased"]]
+    objects = [o for o in objects if "erased" not in o]
     if reader and say_reader:
         say(f"{r}: records read by the {reader} slice reader (MATOS_NATIVE_READER=false turns the native one off)")
     faults.at("after-objects")
@@ -267,7 +277,8 @@ def write_manifest(p: Planned, objects: list[dict], store: Store, say: Callable[
             say(f"{r}: schemas {', '.join(map(str, archived))} archived beside the records (_schemas/)")
     name = layout.manifest_name(p.prefix, r)
     inc = p.incarnation
-    doc = manifest.build(r, p.topic.format, objects, formats, inc.topic_id if inc else None, inc.number if inc else None)
+    doc = manifest.build(r, p.topic.format, objects, formats, inc.topic_id if inc else None, inc.number if inc else None,
+                         erased=erased)
     store.put_json(name, doc)
     faults.at("after-manifest")
     notes = _remove_strays(store, layout.range_dir(p.prefix, r), doc)

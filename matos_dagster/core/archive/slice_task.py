@@ -15,6 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from matos_dagster.core.archive import native
@@ -59,6 +60,9 @@ class SliceJob:
     # The topic's typed columns (core/schemas/typed.py `Typing`), None for bytes only. Its
     # registry password, if any, is in no repr.
     typing: Any = None
+    # What the topic's erasure ledger leaves out of this partition (core/erase/ledger.py `Leave`:
+    # keyed hashes and offsets, the erasure key in no repr); None when it says nothing here.
+    leave: Any = None
 
 
 _said: set[str] = set()  # why this process reads with the Python reader, once said
@@ -81,16 +85,34 @@ def archive_slice(job: SliceJob) -> list[dict]:
 
         refused = (RecordTooLarge, Undecodable)
     why_not = native.why_not(job.kafka_conf)
+    erased: list[int] = []
     try:
         if why_not is None:
             log.info("slice %s: native reader", job.slice)
-            return [{**o, "reader": "native"} for o in _archive_native(job)]
+            return [{**o, "reader": "native"} for o in _archive_native(job, erased)] + _erased(erased)
         # Said once per worker process, not per task: the run's log names the reader of each range.
         (log.debug if why_not in _said else log.warning)("slice %s: Python reader (%s)", job.slice, why_not)
         _said.add(why_not)
-        return [{**o, "reader": "python"} for o in _archive_python(job)]
+        return [{**o, "reader": "python"} for o in _archive_python(job, erased)] + _erased(erased)
     except refused as e:
         return [{"refused": str(e), "kind": type(e).__name__}]
+
+
+def _erased(offsets: list[int]) -> list[dict]:
+    """The slice's records left out by the erasure ledger: one entry, which the manifest's `erased` takes."""
+    return [{"erased": offsets}] if offsets else []
+
+
+def _leave_out(job: SliceJob, chunk, erased: list[int]):
+    """`chunk` without the records the erasure ledger leaves out (their offsets added to `erased`)."""
+    if job.leave is None or not chunk.num_rows:
+        return chunk
+    out = job.leave.mask(chunk.column(chunk.schema.get_field_index("key")),
+                         chunk.column(chunk.schema.get_field_index("offset")))
+    if not out.any():
+        return chunk
+    erased += chunk.filter(pa.array(out)).column(chunk.schema.get_field_index("offset")).to_pylist()
+    return chunk.filter(pa.array(~out))
 
 
 def consumer_conf(kafka_conf: dict[str, Any], group: str) -> dict[str, Any]:
@@ -149,7 +171,7 @@ def _stuck(job: SliceJob, position: int) -> SliceStuck:
     )
 
 
-def _archive_native(job: SliceJob) -> list[dict]:
+def _archive_native(job: SliceJob, erased: list[int]) -> list[dict]:
     """The slice read by the native reader: Arrow chunks, cut where the Python loop cuts them."""
     s = job.slice
     try:
@@ -166,8 +188,10 @@ def _archive_native(job: SliceJob) -> list[dict]:
             except native.NativeError as e:
                 raise _native_error(job, e) from None
             if chunk is not None:
-                batch.add_chunk(chunk.batch, chunk.nbytes)
-                del chunk
+                rows = _leave_out(job, chunk.batch, erased)
+                if rows.num_rows:
+                    batch.add_chunk(rows, chunk.nbytes if rows is chunk.batch else int(row_sizes(rows).sum()))
+                del chunk, rows
                 batch = _past_cuts(job, uploads, batch)
                 uploads.pace(batch)
             if object_end and len(batch):
@@ -196,7 +220,7 @@ def _native_error(job: SliceJob, e: "native.NativeError") -> Exception:
     return ValueError(f"record {s.topic}/{s.partition}@{e.offset}: {e}; the archive cannot store it")
 
 
-def _archive_python(job: SliceJob) -> list[dict]:
+def _archive_python(job: SliceJob, erased: list[int]) -> list[dict]:
     s = job.slice
     # Else a worker keeps up to an object of freed heap from task to task (malloc.py says why).
     malloc.fix_mmap_threshold()
@@ -235,6 +259,9 @@ def _archive_python(job: SliceJob) -> list[dict]:
                     break
                 next_offset = offset + 1
                 key, value, headers = m.key(), m.value(), m.headers()
+                if job.leave is not None and job.leave.hit(key, offset):
+                    erased.append(offset)  # an erased record (core/erase/ledger.py): left out, counted
+                    continue
                 # `_size`, inlined: this loop runs once per record. Header keys are str: their
                 # UTF-8 bytes count (isascii is O(1), so ASCII keys are not encoded).
                 size = (len(key) if key else 0) + (len(value) if value else 0)

@@ -125,6 +125,15 @@ def row_sizes(table: pa.Table) -> np.ndarray:
 
 def _flush(tables: list[pa.Table], nbytes: int, job: MergeJob, store: Store) -> dict:
     table = unify.concat(tables, str(job.range)).combine_chunks()
+    data, md5, stats = encoded(table, job.format, tables)
+    name = layout.object_name(job.directory, stats["first_offset"], job.format)
+    store.put(name, data, md5=md5)
+    return {"name": name, "bytes": len(data), "md5": md5, "record_bytes": nbytes, **stats}
+
+
+def encoded(table: pa.Table, fmt: str, tables: list[pa.Table]) -> tuple[bytes, str, dict]:
+    """`table` (one schema; `tables`: its rows as they were read) as an object: its bytes, md5 and
+    manifest entry's counts, offsets, timestamps, hours and typed counts. Compaction's and an erasure's."""
     offsets = table["offset"]
     ts = table["timestamp"].cast(pa.int64())
     known = pc.min_max(ts)
@@ -138,13 +147,11 @@ def _flush(tables: list[pa.Table], nbytes: int, job: MergeJob, store: Store) -> 
     }
     typed = unify.typed_fields(table.schema)
     if typed:
-        data, md5 = encode_hashed(table, job.format, pa.schema([*SCHEMA, *typed]))
+        data, md5 = encode_hashed(table, fmt, pa.schema([*SCHEMA, *typed]))
         stats["typed"] = typed_stats(table.schema, tables)
     else:
-        data, md5 = encode_hashed(table, job.format)
-    name = layout.object_name(job.directory, stats["first_offset"], job.format)
-    store.put(name, data, md5=md5)
-    return {"name": name, "bytes": len(data), "md5": md5, "record_bytes": nbytes, **stats}
+        data, md5 = encode_hashed(table, fmt)
+    return data, md5, stats
 
 
 def typed_stats(schema: pa.Schema, tables: list[pa.Table]) -> dict:

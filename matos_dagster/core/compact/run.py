@@ -44,6 +44,7 @@ from typing import Any, Callable
 
 from matos_dagster.core import faults
 from matos_dagster.core.compact.merge import CompactionError, MergeJob, merge_group
+from matos_dagster.core.erase import ledger
 from matos_dagster.core.compact.plan import Group, Member, holder, plan
 from matos_dagster.core.iceberg.hooks import keep_compacted
 from matos_dagster.core.offsets.ranges import OffsetRange
@@ -121,6 +122,7 @@ def compact_partition(
     res = PartitionResult(partition)
     archive = PartitionArchive(store, prefix, topic.name, partition)
     state_name = cursor_name(prefix, topic.name, partition)
+    requests_at_plan = set(ledger.read(store, prefix, topic.name)["requests"])  # erasures known (_switch)
     state = store.get_json(state_name) or {}
     start = int(state.get("from", 0))
     if not state:
@@ -193,7 +195,7 @@ def compact_partition(
     if jobs:
         faults.at("compact-after-objects")
     for g, job, objects in zip(p.groups, jobs, written):
-        if _switch(g, job, objects, docs, archive, store, prefix, say, res):
+        if _switch(g, job, objects, docs, archive, store, prefix, say, res, requests_at_plan):
             res.groups.append((g.start, g.end))
             # Its replaced folders are to be deleted by a run after the grace period.
             if pending_cleanup is None or g.start < pending_cleanup:
@@ -220,7 +222,7 @@ def _job(topic: TopicConfig, partition: int, g: Group, docs, store: Store, prefi
 
 
 def _switch(g: Group, job: MergeJob, written: list[dict], docs, archive: PartitionArchive, store: Store,
-            prefix: str, say, res: PartitionResult) -> bool:
+            prefix: str, say, res: PartitionResult, requests_at_plan: set[str] = frozenset()) -> bool:
     r, fmt, objects_in = job.range, job.format, job.inputs
     inputs = [docs[(m.start, m.end)] for m in g.members]
     # A typed topic's: the typed sides of the replaced ranges, whose counts the merged objects keep.
@@ -231,6 +233,9 @@ def _switch(g: Group, job: MergeJob, written: list[dict], docs, archive: Partiti
     doc = manifest.build(r, fmt, written, typed or None, **of_log)
     doc["record_bytes"] = sum(int(d.get("record_bytes", 0)) for d in inputs)
     doc["replaces"] = [[m.start, m.end] for m in g.members]
+    erased = sorted({o for d in inputs for o in d.get("erased", [])})
+    if erased:  # offsets an erasure removed from the replaced ranges stay erased, never a gap
+        doc["erased"] = erased
     for k, want in (("records", sum(d["records"] for d in inputs)),
                     ("first_offset", next((d["first_offset"] for d in inputs if d["first_offset"] is not None), None)),
                     ("last_offset", next((d["last_offset"] for d in reversed(inputs) if d["last_offset"] is not None), None)),
@@ -255,6 +260,11 @@ def _switch(g: Group, job: MergeJob, written: list[dict], docs, archive: Partiti
         return False
     if now_there != [(m.start, m.end) for m in g.members]:
         res.notes.append(f"{r}: the entries changed under this run ({now_there}); left as they are")
+        return False
+    # An erasure (core/erase/) rewrites ranges in place, after adding its request to the topic's
+    # ledger: a merge read before it would bring erased records back. One GET, not one per member.
+    if set(ledger.read(store, prefix, archive.topic)["requests"]) != requests_at_plan:
+        res.notes.append(f"{r}: an erasure began under this run; left as it is, merged again by the next run")
         return False
     store.put_json(layout.manifest_name(prefix, r), doc)
     faults.at("compact-after-manifest")

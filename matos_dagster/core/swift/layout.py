@@ -1,12 +1,17 @@
 """Every Swift object name of the archive, and only here: Hive-style paths any engine can read.
 
     <prefix>/topic=<topic>/partition=<p>/<start:020d>-<end:020d>/part-<first offset:020d>.parquet
+    <prefix>/topic=<topic>/partition=<p>/<start:020d>-<end:020d>/part-<first offset:020d>.e<n>.parquet
+                                                   (an object rewritten by the n-th erasure of its records)
     <prefix>/topic=<topic>/partition=<p>/<start:020d>-<end:020d>/_manifest.json
     <prefix>/topic=<topic>/partition=<p>/<start:020d>-<end:020d>/_loss.json   (an acknowledged loss)
     <prefix>/topic=<topic>/_monitor/partition=<p>.json                        (the monitor's mark)
     <prefix>/topic=<topic>/_audit/partition=<p>.json                          (the verifier's mark)
     <prefix>/topic=<topic>/_schemas/<schema id>.json                          (a record schema, archived)
     <prefix>/_compaction/topic=<topic>/partition=<p>.json                     (compaction's cursor)
+    <prefix>/_erasure/topic=<topic>/ledger.json                               (what the topic's writers leave out)
+    <prefix>/_erasure/requests/<id>.json                                      (an erasure request, until done)
+    <prefix>/_erasure/records/<id>.json                                       (an erasure, done: its record)
     <prefix>/_iceberg/...                                                     (the Iceberg tables)
     <prefix>/_matos_check/<unique>                                            (`matos check`'s probe)
 
@@ -56,6 +61,37 @@ def loss_name(prefix: str, r: OffsetRange) -> str:
 
 def object_name(directory: str, first_offset: int, fmt: str) -> str:
     return join(directory, f"part-{first_offset:0{OFFSET_WIDTH}d}{EXTENSIONS[fmt]}")
+
+
+_ERASED = re.compile(r"^(.*/part-\d{20})(?:\.e(\d+))?(\.[a-z.]+)$")
+
+
+def erased_object_name(name: str) -> str:
+    """The name of `name`'s replacement without erased records: `part-<offset>.e<n+1>.<ext>`.
+
+    Never a name an archive run writes (those have no `.e<n>`), so a re-archive of the range and
+    an erasure never write the same name; a re-run of the same erasure writes the same one."""
+    m = _ERASED.match(name)
+    if m is None:
+        raise ValueError(f"{name} is not an archive object's name")
+    return f"{m[1]}.e{int(m[2] or 0) + 1}{m[3]}"
+
+
+def erasure_dir(prefix: str) -> str:
+    """Forgetting's bookkeeping (core/erase/): outside every topic folder, beside `_compaction/`."""
+    return join(prefix, "_erasure")
+
+
+def erasure_request_name(prefix: str, request_id: str) -> str:
+    return join(erasure_dir(prefix), "requests", f"{request_id}.json")
+
+
+def erasure_record_name(prefix: str, request_id: str) -> str:
+    return join(erasure_dir(prefix), "records", f"{request_id}.json")
+
+
+def erasure_ledger_name(prefix: str, topic: str) -> str:
+    return join(erasure_dir(prefix), f"topic={topic}", "ledger.json")
 
 
 def monitor_mark_name(prefix: str, topic: str, partition: int) -> str:

@@ -30,6 +30,10 @@ matos-dagster that reads 1 and 2 only says of a version 3 manifest that it must 
 4: `topic_id`, Kafka's id of the log the range was read from (null where the broker gives none),
 and `incarnation`, the number of that log among those that carried the topic's name
 (core/swift/incarnations.py); absent from older manifests, which are incarnation 1's.
+Also from 4: `erased`, the offsets of the range whose records an erasure removed (core/erase/), sorted: in
+Kafka, deliberately not in the archive; absent when none was. Counts, offsets, sizes, checksums,
+typed counts and `hours` are those of the records left. Objects rewritten by an erasure are named
+`part-<offset>.e<n>.<ext>` (layout.py). A matos-dagster that reads 1 to 3 refuses version 4.
 """
 
 from __future__ import annotations
@@ -50,10 +54,12 @@ class ManifestError(ValueError):
 
 
 def build(r: OffsetRange, fmt: str, objects: list[dict], typed: dict[str, str] | None = None,
-          topic_id: str | None = None, incarnation: int | None = None) -> dict:
+          topic_id: str | None = None, incarnation: int | None = None,
+          erased: list[int] | None = None) -> dict:
     """The manifest of `r`'s objects; `typed`: the typed sides' formats ({"value": "avro"}), by default
     those the objects' own `typed` entries name (none: an untyped manifest). `incarnation`: the number of
-    the log read (with its Kafka `topic_id`, None if the broker gives none); None: neither key."""
+    the log read (with its Kafka `topic_id`, None if the broker gives none); None: neither key. `erased`:
+    offsets whose records were left out because an erasure asked it (core/erase/)."""
     objects = sorted(objects, key=lambda o: o["first_offset"])
     if typed is None:
         typed = {side: t["format"] for o in objects for side, t in o.get("typed", {}).items()}
@@ -88,7 +94,16 @@ def build(r: OffsetRange, fmt: str, objects: list[dict], typed: dict[str, str] |
         **({"hours": buckets.to_json(buckets.merge(*(buckets.from_json(o["hours"]) for o in objects)))}
            if objects and all("hours" in o for o in objects) else {}),
         **({"topic_id": topic_id, "incarnation": incarnation} if incarnation is not None else {}),
+        **({"erased": erased_offsets(r, erased, objects)} if erased else {}),
     }
+
+
+def erased_offsets(r: OffsetRange, erased: list[int], objects: list[dict]) -> list[int]:
+    """`erased`, sorted, checked to lie inside the range."""
+    out = sorted(set(erased))
+    if out and not (r.start <= out[0] and out[-1] < r.end):
+        raise ManifestError(f"erased offsets {out[0]}..{out[-1]} are not all inside {r}")
+    return out
 
 
 def _typed_of(o: dict) -> dict:
@@ -158,6 +173,7 @@ class Manifest:
     hours: dict = _ABSENT  # per hour of event time: records, bytes, first and last offset, max timestamp
     topic_id: str | None = _ABSENT  # Kafka's id of the log read (None: the broker gives none)
     incarnation: int = _ABSENT  # that log's number among the topic's incarnations
+    erased: list[int] = _ABSENT  # version 4: offsets whose records an erasure removed (core/erase/)
 
     @property
     def range(self) -> OffsetRange:
@@ -176,6 +192,9 @@ class Manifest:
             m = cls(**{**_typed(cls, doc, "manifest", skip={"objects"}), "objects": listed})
         except TypeError as e:  # a key it lacks or one it should not have
             raise ManifestError(f"manifest is not of version {' or '.join(map(str, VERSIONS))}: {e}") from None
+        if m.erased is not _ABSENT and (not isinstance(m.erased, list) or any(
+                not isinstance(o, int) or isinstance(o, bool) for o in m.erased)):
+            raise ManifestError(f"manifest: erased must be a list of offsets, got {m.erased!r}")
         for where, typed in [("manifest", m.typed)] + [(f"object {i}", o.typed) for i, o in enumerate(listed)]:
             if typed is not _ABSENT:
                 _check_typed(typed, where, per_object=where != "manifest")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import bisect
 import time
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -147,8 +147,13 @@ class Comparison:
     Full: both sides merged by offset.
     """
 
-    def __init__(self, reader: KafkaRecords, topic: str, partition: int, lo: int, end: int, sample: int | None):
+    def __init__(self, reader: KafkaRecords, topic: str, partition: int, lo: int, end: int, sample: int | None,
+                 erased: Iterable[int] = ()):
         self.reader, self.topic, self.partition, self.lo, self.end = reader, topic, partition, lo, end
+        # Offsets an erasure removed (the manifest's `erased`): in Kafka, deliberately not in the
+        # archive. Kafka's records there are skipped, neither compared nor missing.
+        self.erased = frozenset(erased)
+        self.skipped = 0
         self.full = sample is None
         self.pending = [] if self.full else sample_positions(lo, end, sample)
         self.stream = self._kafka_stream() if self.full else None
@@ -158,8 +163,18 @@ class Comparison:
         self.diffs: list[str] = []
         self.stopped: str | None = None  # why comparing stopped early
 
-    def _kafka_stream(self) -> Iterator[dict]:
-        yield from self.reader.rows(self.topic, self.partition, self.lo, self.end)
+    def _kafka_stream(self, lo: int | None = None) -> Iterator[dict]:
+        for k in self.reader.rows(self.topic, self.partition, self.lo if lo is None else lo, self.end):
+            if k["offset"] in self.erased:
+                self.skipped += 1
+                continue
+            yield k
+
+    def _first_at(self, offset: int) -> dict | None:
+        """Kafka's first readable record at or after `offset` that no erasure removed, None if none before the end."""
+        if not self.erased:
+            return self.reader.first_at(self.topic, self.partition, offset, self.end)
+        return next(self._kafka_stream(offset), None)
 
     def _next_kafka(self) -> dict | None:
         self.started = True
@@ -176,7 +191,7 @@ class Comparison:
                     p = self.pending.pop(0)
                     i = bisect.bisect_left(offsets, p)
                     a = archive_rows(table, i, i + 1)[0] if offsets[i] < self.end else None
-                    self._one(name, a, self.reader.first_at(self.topic, self.partition, p, self.end))
+                    self._one(name, a, self._first_at(p))
         except Unreadable as e:
             self.stopped = str(e)
 
@@ -190,7 +205,7 @@ class Comparison:
                     self.next_k = self._next_kafka()
             else:
                 for p in self.pending:
-                    self._one(None, None, self.reader.first_at(self.topic, self.partition, p, self.end))
+                    self._one(None, None, self._first_at(p))
         except Unreadable as e:
             self.stopped = self.stopped or str(e)
 

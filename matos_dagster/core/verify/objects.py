@@ -69,7 +69,7 @@ def check_range(report: Report, archive: PartitionArchive, entry: Entry, low: in
         problem(OFFSETS, f"{where}: object {name} {msg}", name)
     compare = None
     if reader is not None and low is not None and max(span[0], low) < span[1]:
-        compare = Comparison(reader, topic, p, max(span[0], low), span[1], report.sample)
+        compare = Comparison(reader, topic, p, max(span[0], low), span[1], report.sample, doc.get("erased") or ())
     spoiled = False
     for o in objs:
         summary.objects += 1

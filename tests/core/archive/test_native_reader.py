@@ -270,7 +270,7 @@ def test_a_worker_without_the_native_reader_says_why_once_not_per_task(monkeypat
     import logging
 
     monkeypatch.setattr(slice_task, "_said", set())
-    monkeypatch.setattr(slice_task, "_archive_python", lambda job: [])  # the reading itself: not the claim
+    monkeypatch.setattr(slice_task, "_archive_python", lambda job, erased: [])  # the reading itself: not the claim
     monkeypatch.setenv("MATOS_NATIVE_READER", "false")
     job = SliceJob(OffsetRange("t", 0, 0, 10), "d", {}, "g", swift=None)
     with caplog.at_level(logging.DEBUG, logger=slice_task.log.name):

@@ -1,0 +1,97 @@
+"""`matos forget`: erase the records of given Kafka keys from the archive of topics.
+
+The keys are read here and hashed (HMAC-SHA256 with MATOS_ERASURE_KEY); the request, holding the
+keyed hashes only, goes to Swift, and the `forget` job is run with its id: the keys reach no run
+config, tag, event or log line. Everything is checked before the request is written: a key in a
+malformed encoding, an empty keys file, an unknown topic, an unset erasure key are refused in one
+line, and nothing changes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+from matos_dagster.cli.common import Refused, output_metadata, run_job
+
+DESCRIPTION = (
+    "Erase every archived record whose Kafka key is one of the keys from every object of the topics' archive "
+    "(Parquet and JSON Lines, raw and typed, compacted or not, superseded folders and strays too). The keys "
+    "are recorded as keyed hashes (MATOS_ERASURE_KEY), never as they are; from now on, every writer of the "
+    "archive leaves the records of those keys out up to each partition's log end offset of now. Records of "
+    "the keys that Kafka still holds stay there until its own retention. docs/operations/forgetting.md says "
+    "what this guarantees and what it cannot."
+)
+
+
+def add_arguments(c: argparse.ArgumentParser) -> None:
+    c.add_argument("--topic", action="append", required=True, metavar="TOPIC",
+                   help="a topic of the topics file, or a regular expression over Kafka's topics (whole name); "
+                   "repeat for more")
+    c.add_argument("--key", action="append", default=[], metavar="KEY",
+                   help="a record key: its text, hex:<hex digits> or base64:<base64>; repeat for more")
+    c.add_argument("--keys-file", metavar="FILE", help="a file of keys, one a line (text, hex:... or base64:...)")
+    c.add_argument("--reason", required=True, help="why (a ticket, the request's reference); recorded in the archive")
+
+
+def gather_keys(given: list[str], keys_file: str | None) -> list[bytes]:
+    from matos_dagster.core.erase import keys
+
+    try:
+        out = [keys.parse_key(k) for k in given]
+        if keys_file:
+            path = Path(keys_file)
+            if not path.is_file():
+                raise Refused(f"--keys-file {keys_file}: no such file")
+            out += keys.parse_keys_file(path.read_text(), keys_file)
+    except keys.BadKey as e:
+        raise Refused(str(e)) from None
+    if not out:
+        raise Refused("give the keys to erase: --key KEY (repeat it) or --keys-file FILE")
+    return out
+
+
+def chosen_topics(asked: list[str], topic_set, existing: list[str]) -> list[str]:
+    """The topics of the topics file that the names or patterns `asked` match in Kafka; Refused if one matches none."""
+    out: list[str] = []
+    for a in asked:
+        try:
+            pattern = re.compile(a)
+        except re.error:
+            pattern = None
+        found = [t for t in existing if (t == a or (pattern is not None and pattern.fullmatch(t)))
+                 and topic_set.get(t) is not None]
+        if not found:
+            raise Refused(f"--topic {a}: no topic of the topics file that Kafka has matches it")
+        out += [t for t in found if t not in out]
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from matos_dagster import definitions
+    from matos_dagster.core import settings
+    from matos_dagster.core.erase import keys, request
+    from matos_dagster.core.kafka import many
+
+    raw = gather_keys(args.key, args.keys_file)
+    if not args.reason.strip():
+        raise Refused("--reason is empty: say why (a ticket, the request's reference)")
+    try:
+        secret = keys.erasure_key(settings.get(keys.SETTING))
+    except keys.BadKey as e:
+        raise Refused(str(e)) from None
+    kafka = definitions.RESOURCES["kafka"].process_config_and_initialize()
+    existing = many.topics(kafka)
+    topics = chosen_topics(args.topic, definitions.TOPIC_SET, sorted(existing))
+    ends = {t: {p: high for p, (_, high) in kafka.watermarks(t, existing[t]).items()} for t in topics}
+    req = request.make(secret, raw, args.reason.strip(), ends)
+    swift = definitions.RESOURCES["swift"].process_config_and_initialize()
+    with swift.store() as store:
+        name = request.write(store, store.params.prefix, req)
+    print(f"forget: request {req.id} written to {name} ({len(req.hashes)} key(s), topics {', '.join(topics)})")
+    output, result = run_job("forget", "forget_keys", {"request": req.id})
+    print(f"forget: done (run {result.run_id}): {output} record(s) erased")
+    for k, v in output_metadata(result, "forget_keys").items():
+        print(f"  {k}: {v}")
+    return 0

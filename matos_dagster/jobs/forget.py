@@ -1,0 +1,83 @@
+"""The forget job: carry out an erasure request that `matos forget` wrote (core/erase/run.py).
+
+    dg launch --job forget --config-json '{"ops": {"forget_keys": {"config": {"request": "<id>"}}}}'
+
+The run takes only the request's id: the keys are in no run config, tag, event or log line (the
+request in Swift holds their keyed hashes). Each partition is rewritten in its turn (turns.py),
+so no archive run writes in a folder while this run rewrites it.
+"""
+
+
+from dagster import Config, Failure, JobDefinition, MetadataValue, OpExecutionContext, Output, in_process_executor, job, op
+from pydantic import Field
+
+from matos_dagster.core import settings
+from matos_dagster.core.erase import keys, request
+from matos_dagster.core.erase.rewrite import ErasureError
+from matos_dagster.core.erase.run import carry_out
+from matos_dagster.core.erase.ledger import LedgerError
+from matos_dagster.core.runs import heartbeat
+from matos_dagster.core.topic_set import as_set, not_found
+from matos_dagster.dead_runs import beating
+from matos_dagster.names import DEFAULT, Names
+from matos_dagster.turns import TOPIC_PARTITION_TAG, claim, wait_for_turns
+
+OP = "forget_keys"
+
+
+class ForgetConfig(Config):
+    request: str = Field(description="The erasure request's id, as `matos forget` printed it (the keys are in the "
+                         "request, in Swift: never in run config).")
+
+
+def forget_job(topics, names: Names = DEFAULT) -> JobDefinition:
+    """`topics`: the topics file (a TopicSet), for the prefixes of the request's topics."""
+    topics = as_set(topics)
+
+    @op(name=names.of(OP), description="Erase the records of the request's keys from every object of its topics.",
+        required_resource_keys=names.keys("swift"))
+    def _forget(context: OpExecutionContext, config: ForgetConfig) -> Output[int]:
+        (swift,) = names.resources(context, "swift")
+        instance, run_id = context.instance, context.run.run_id
+        thresholds = heartbeat.Thresholds.from_settings()
+
+        def in_turn(topic, partitions, erase):
+            out = []
+            for p in partitions:
+                where = f"{topic}/{p}"
+                # A claim per partition, named in the tag the archive runs of that partition look for.
+                mine = claim(instance, run_id, {where}, {TOPIC_PARTITION_TAG: where, **names.run_tags})
+                wait_for_turns(instance, mine, {where}, context.log.info, thresholds, names=names)
+                out.append(erase(p))
+            return out
+
+        try:
+            request.check_id(config.request)
+            with swift.store() as store:
+                req = request.read(store, store.params.prefix, config.request)
+                configs = {}
+                for t in (req.topics if req else {}):
+                    found = topics.get(t)
+                    if found is None:
+                        raise Failure(not_found(topics, t))
+                    configs[t] = found
+                with beating(instance, run_id, thresholds, context.log.warning):
+                    done = carry_out(config.request, store, configs, settings.get(keys.SETTING), run_id, in_turn,
+                                     context.log.info)
+        except (request.RequestError, keys.BadKey, ErasureError, LedgerError) as e:
+            raise Failure(str(e)) from None
+        return Output(done.records, metadata={
+            "records_erased": MetadataValue.int(done.records),
+            "objects_rewritten": MetadataValue.int(sum(len(p.rewritten) for p in done.partitions)),
+            "objects_deleted": MetadataValue.int(sum(len(p.deleted) for p in done.partitions)),
+            "objects_read": MetadataValue.int(sum(p.objects_read for p in done.partitions)),
+            "record": MetadataValue.text(done.record_name),
+            "partitions": MetadataValue.json({f"{p.topic}/{p.partition}": p.records for p in done.partitions}),
+        })
+
+    @job(name=names.of("forget"), executor_def=in_process_executor, tags={"kind": "erasure", **names.run_tags},
+         description="Carry out an erasure request of `matos forget`: the keys' records removed from the archive.")
+    def _job():
+        _forget()
+
+    return _job
