@@ -34,8 +34,7 @@ from dagster import (
 from matos_dagster.core import settings
 from matos_dagster.core.archive import commit
 from matos_dagster.core.kafka import many
-from matos_dagster.core.offsets.ranges import OffsetRange
-from matos_dagster.core.runs import estate, heartbeat, policy, turns
+from matos_dagster.core.runs import estate, heartbeat, policy, tick, turns
 from matos_dagster.core.runs.policy import FAILED, IN_FLIGHT, MISSING, SUCCEEDED, Offsets, PartitionState
 from matos_dagster.dagster_compat import RUN_KEY_TAG, SENSOR_NAME_TAG
 from matos_dagster.dead_runs import fail_dead_runs
@@ -76,7 +75,7 @@ def lag_sensor(topics, interval_s: int, name: str = NAME, names: Names = DEFAULT
             known = estate.read_topics(context.cursor)
             # A topic whose id the cursor knows but Kafka does not give yet is being created (again):
             # left for the next tick, as `many.topics` leaves a topic being created.
-            waiting = {t.name for t in watched if ids[t.name] is None and t.name in known.ids}
+            waiting = estate.waiting(known, ids)
             watched = [t for t in watched if t.name not in waiting]
             tps = [(t.name, p) for t in watched for p in existing[t.name]]
             marks = many.watermarks(kafka, tps)
@@ -116,31 +115,13 @@ def lag_sensor(topics, interval_s: int, name: str = NAME, names: Names = DEFAULT
         avg_bytes = _average_record_bytes(context, {tp[0] for tp in tps if marks[tp][1] > (committed[tp] or 0)},
                                           by_name, names)
 
-        due: list[tuple[OffsetRange, int]] = []
-        reasons, new_keys = [], {}
-        kept: dict[tuple[str, int], PartitionState] = {}
-        for tp in tps:
-            s = states.get(tp, PartitionState())
-            topic, p = by_name[tp[0]], tp[1]
-            if tp in busy and (s.key is None or s.done):
-                # A run this sensor did not request (CLI, UI) is archiving in this partition:
-                # a range requested now would only wait for it, or repeat its work.
-                reasons.append(f"{topic.name}/{p}: {busy[tp]}")
-                kept[tp] = s
-                continue
-            run = runs.get((s.run, s.key)) if s.key and not s.done else None
-            d = policy.decide(topic, p, s, Offsets(*marks[tp], committed[tp]), run, now_ms, oldest.get(tp),
-                              avg_bytes.get(topic.name), over.get((s.run, s.key)))
-            if d.warning:
-                context.log.warning(d.warning)
-            kept[tp] = d.state
-            if d.request is not None:
-                due.append((d.request, d.state.attempt))
-                if d.run_key == d.request.key:  # a new range, not a retry
-                    new_keys.setdefault(names.partitions(topic), []).append(d.request.key)
-                reasons.append(f"{topic.name}/{p}: {d.reason}")
-            elif d.warning or (d.state.key and not d.state.done):  # a loss, a give-up, a range in flight
-                reasons.append(f"{topic.name}/{p}: {d.reason}")
+        decided = tick.decide_all(by_name, tps, states, marks, committed, runs, over, busy, now_ms, oldest, avg_bytes)
+        for line in decided.warnings:
+            context.log.warning(line)
+        due, reasons, kept = decided.due, decided.reasons, decided.kept
+        new_keys: dict[str, list[str]] = {}
+        for r in decided.new:
+            new_keys.setdefault(names.partitions(by_name[r.topic]), []).append(r.key)
 
         kept.update({tp: s for tp, s in states.items() if tp[0] in waiting})  # as they were, for the next tick
         most = int(settings.get("MATOS_RUN_MAX_RANGES"))
@@ -161,7 +142,7 @@ def lag_sensor(topics, interval_s: int, name: str = NAME, names: Names = DEFAULT
                                                 if resolved.missing else ""))
         context.log.info(summary + (": " + "; ".join(reasons[:200]) if reasons else ""))
         cursor = estate.write_cursor(kept, {tp: marks[tp][0] for tp in tps}, known)
-        gave_up = {tp: policy.stopped_reason(tp[0], tp[1], s) for tp, s in kept.items() if s.stopped}
+        gave_up = tick.gave_up(kept)
         if gave_up or any(s.stopped for s in states.values()):  # the monitor reports them (stopped.py)
             stopped.record(instance, names.of(name), gave_up)
         if not requests:

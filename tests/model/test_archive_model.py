@@ -1,8 +1,9 @@
 """The whole archive path against a model: what operators and Kafka do, in any order, never loses,
 duplicates or mixes records.
 
-A stateful property test (hypothesis): the lag sensor's tick (its policy, core/runs/policy.py
-`decide`, over the cursor as estate.py keeps it), batch runs (core/archive/batch.py
+A stateful property test (hypothesis): the lag sensor's tick (its decisions, core/runs/tick.py
+`decide_all`, which sensors/lag.py calls, over the cursor and topic ids as estate.py keeps them,
+a topic created again restarted by core/archive/commit.py `restart`), batch runs (core/archive/batch.py
 `archive_batch`: the real plan, manifests and commit, core/archive/commit.py) that take their
 turn per partition (core/runs/turns.py, each claim step a step of its own, so two runs' claims
 interleave), and an operator who archives ranges of other cuts by hand, cancels queued runs and
@@ -39,7 +40,7 @@ from stand_ins import FakeKafka, Killed, Log, World, install
 
 from matos_dagster.core.archive.batch import archive_batch
 from matos_dagster.core.offsets.ranges import OffsetRange
-from matos_dagster.core.runs import estate, policy, turns
+from matos_dagster.core.runs import estate, policy, tick, turns
 from matos_dagster.core.swift import layout
 from matos_dagster.core.swift.store import Store, SwiftParams
 from matos_dagster.core.topics import TopicConfig
@@ -66,11 +67,14 @@ class Run:
     id: str
     ranges: list[OffsetRange]
     by_sensor: bool
+    topic_ids: dict[str, str] = field(default_factory=dict)  # the ids its ranges were requested for (the sensor's)
+    earlier: set[str] = field(default_factory=set)  # topics the requester saw created again
     status: str = QUEUED
     step: int = 0  # claim steps taken (core/runs/turns.py: mark, number read, number written)
     number: int = 0
     entered: bool = False  # its turn came (it polls after every step); it keeps it until it ends
     materialised: set[str] = field(default_factory=set)
+    over: dict[str, tuple[int, int]] = field(default_factory=dict)  # refused as archived in part: the entry it overlaps
 
     @property
     def wheres(self) -> set[tuple[str, int]]:
@@ -92,7 +96,8 @@ class ArchiveModel(RuleBasedStateMachine):
         self.floor: dict[tuple[str, int], int] = {}  # (topic id, partition) -> log start while nothing committed
         self.kills = 0
         self.problems: list[str] = []  # what a tick left unexplained
-        self.refused: dict[str, str] = {}  # range key -> why a run refused it: its offsets are archived (in part)
+        # (topic id, range key) -> why a run refused it: its offsets are archived (in part)
+        self.refused: dict[tuple[str | None, str], str] = {}
 
     def teardown(self):
         self.mp.undo()
@@ -142,39 +147,63 @@ class ArchiveModel(RuleBasedStateMachine):
 
     @rule()
     def sensor_tick(self):
-        """lag.py's tick: Kafka's offsets, the runs' states, `decide` for each partition, one batch run.
-
-        A copy of lag.py's loop without Dagster (its cursor through estate.py, as lag.py keeps it):
-        when lag.py asks Kafka more (topic ids) or passes `decide` more, this copy must follow."""
+        """lag.py's tick without Dagster: the same questions to Kafka (topics, their ids, offsets), the
+        same handling of a topic created again (estate.py's cursor, commit.restart), and the same
+        decisions: core/runs/tick.py's `decide_all` and `gave_up`, which lag.py calls. What stays
+        here is what lag.py asks Dagster: the ranges' run states and refusals (`_range_states`), the
+        runs of other origins (busy), and the run launched."""
+        from matos_dagster.core.archive import commit
         from matos_dagster.core.kafka import many
 
         self.now_ms += TICK_MS
         states = estate.read_cursor(self.cursor)
         existing = many.topics(self.kafka)
-        tps = [(TOPIC.name, p) for p in existing.get(TOPIC.name, [])]
+        watched = [TOPIC.name] if TOPIC.name in existing else []
+        ids = many.topic_ids(self.kafka, watched)
+        known = estate.read_topics(self.cursor)
+        waiting = estate.waiting(known, ids)
+        watched = [t for t in watched if t not in waiting]
+        tps = [(t, p) for t in watched for p in existing[t]]
         marks = many.watermarks(self.kafka, tps)
+        again = estate.created_again(known, ids)
+        states = estate.restart(states, again)
         committed = many.committed(self.kafka, TOPIC.group, tps)
-        busy = {w for r in self.runs if not r.by_sensor and r.status not in ENDED for w in r.wheres}
-        kept, due = {}, []
-        for tp in tps:
-            s = states.get(tp, policy.PartitionState())
-            if tp in busy and (s.key is None or s.done):
-                kept[tp] = s
-                continue
-            run = self._run_state(s) if s.key and not s.done else None
-            d = policy.decide(TOPIC, tp[1], s, policy.Offsets(*marks[tp], committed[tp]), run, self.now_ms)
-            kept[tp] = d.state
-            if d.request is not None:
-                due.append(d.request)
-                if d.request.key in self.refused:  # offsets archived already: no retry can change that
-                    self.problems.append(f"{d.request} requested again unchanged after it was refused: "
-                                         f"{self.refused[d.request.key]}")
-            self._explained(tp, marks[tp], committed[tp], d)
-        if due:
-            run = self._launch(due, by_sensor=True)
-            for r in due:
+        if TOPIC.name in again:
+            committed.update(commit.restart(self.kafka, TOPIC.group, committed, {tp: marks[tp][0] for tp in tps}))
+        known = estate.seen(known, ids, again)
+        runs, over = self._range_states([s for s in states.values() if s.key and not s.done])
+        busy = {w: f"run {r.id} of an operator is archiving here" for r in self.runs
+                if not r.by_sensor and r.status not in ENDED for w in r.wheres}
+        decided = tick.decide_all({TOPIC.name: TOPIC}, tps, states, marks, committed, runs, over, busy, self.now_ms)
+        kept = decided.kept
+        stopped = tick.gave_up(kept)  # recorded for the monitor, which reports each as a WARN
+        tid = ids.get(TOPIC.name)
+        for tp, d in decided.decisions.items():
+            if d.request is not None and (tid, d.request.key) in self.refused:  # archived already: no retry cures it
+                self.problems.append(f"{d.request} requested again unchanged after it was refused: "
+                                     f"{self.refused[(tid, d.request.key)]}")
+            self._explained(tp, marks[tp], committed[tp], d, tp in stopped)
+        kept.update({tp: s for tp, s in states.items() if tp[0] in waiting})  # as they were, for the next tick
+        if decided.due:
+            ranges = [r for r, _ in decided.due]
+            topics = {r.topic for r in ranges}  # jobs/archive_ranges.py's ranges_config
+            run = self._launch(ranges, by_sensor=True, topic_ids={t: i for t, i in ids.items()
+                                                                  if t in topics and i is not None},
+                               earlier=known.earlier & topics)
+            for r in ranges:
                 kept[(r.topic, r.partition)] = policy.replace(kept[(r.topic, r.partition)], run=run.id)
-        self.cursor = estate.write_cursor(kept, {tp: marks[tp][0] for tp in tps})
+        self.cursor = estate.write_cursor(kept, {tp: marks[tp][0] for tp in tps}, known)
+
+    def _range_states(self, in_flight: list[policy.PartitionState]) -> tuple[dict, dict]:
+        """lag.py's `_range_states`: each in-flight range's run state, and of those refused because offsets
+        of them are archived already, the archived entry they overlap (the failure's `archived_over`)."""
+        states, over = {}, {}
+        for s in in_flight:
+            states[(s.run, s.key)] = self._run_state(s)
+            run = next((r for r in self.runs if r.id == s.run), None)
+            if states[(s.run, s.key)] == policy.FAILED and run is not None and s.key in run.over:
+                over[(s.run, s.key)] = run.over[s.key]
+        return states, over
 
     def _run_state(self, s: policy.PartitionState) -> str:
         run = next((r for r in self.runs if r.id == s.run), None)
@@ -184,12 +213,14 @@ class ArchiveModel(RuleBasedStateMachine):
             return policy.IN_FLIGHT
         return policy.SUCCEEDED if s.key in run.materialised else policy.FAILED
 
-    def _explained(self, tp, marks, committed, d: policy.Decision) -> None:
+    def _explained(self, tp, marks, committed, d: policy.Decision, stopped: bool) -> None:
         low, high = marks
         if high <= max(low, committed if committed is not None else low):
             return  # every record there is archived (or the group follows the log start)
         if d.request is not None or (d.state.key and not d.state.done and "in flight" in d.reason):
             return
+        if stopped and d.warning and "no longer requested automatically" in d.warning:
+            return  # given up on: the monitor reports it (sensors/stopped.py), with the command that goes on
         if "below the batch policy" in d.reason or (d.warning and any(why in d.warning for why in EXPLAINING)):
             return
         self.problems.append(f"{tp[0]}/{tp[1]} has records [{committed}, {high}) not archived, and the sensor "
@@ -197,8 +228,9 @@ class ArchiveModel(RuleBasedStateMachine):
 
     # -- runs -----------------------------------------------------------------------------------
 
-    def _launch(self, ranges: list[OffsetRange], by_sensor: bool) -> Run:
-        run = Run(f"run-{len(self.runs):03d}", ranges, by_sensor)
+    def _launch(self, ranges: list[OffsetRange], by_sensor: bool, topic_ids: dict[str, str] | None = None,
+                earlier: set[str] = frozenset()) -> Run:
+        run = Run(f"run-{len(self.runs):03d}", ranges, by_sensor, topic_ids or {}, set(earlier))
         self.runs.append(run)
         return run
 
@@ -286,7 +318,8 @@ class ArchiveModel(RuleBasedStateMachine):
             self.world.kill_at = KILL_POINTS[kill]
         try:
             batch = archive_batch([(r, TOPIC) for r in run.ranges], self.kafka, self.store, lambda: None,
-                                  say=lambda line: None, typing_for=lambda t: None)
+                                  say=lambda line: None, typing_for=lambda t: None, topic_ids=run.topic_ids,
+                                  earlier=run.earlier)
         except Killed:
             self.kills += 1
             run.status = FAILED  # the sensor fails a dead run; it reported nothing
@@ -295,7 +328,11 @@ class ArchiveModel(RuleBasedStateMachine):
             run.status = FAILED
         else:
             run.materialised = {o.range.key for o in batch.outcomes if o.ok}
-            self.refused.update({o.range.key: o.error for o in batch.outcomes if o.refused and "overlaps" in o.error})
+            run.over = {o.range.key: o.archived_over for o in batch.outcomes if o.archived_over is not None}
+            t = self.world.topics.get(TOPIC.name)
+            tid = t.topic_id if t is not None else None
+            self.refused.update({(tid, o.range.key): o.error for o in batch.outcomes
+                                 if o.refused and "overlaps" in o.error})
             run.status = DONE if all(o.ok for o in batch.outcomes) else FAILED
         finally:
             self.world.dead, self.world.kill_at = False, None

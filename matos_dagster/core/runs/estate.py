@@ -45,6 +45,12 @@ def created_again(known: TopicIds, now: dict[str, str | None]) -> dict[str, tupl
     return {t: (known.ids[t], i) for t, i in sorted(now.items()) if i is not None and known.ids.get(t) not in (None, i)}
 
 
+def waiting(known: TopicIds, now: dict[str, str | None]) -> set[str]:
+    """The topics whose id the cursor knows but Kafka gives none now: being created (again), left for
+    the next tick as `many.topics` leaves a topic being created (their states kept as they were)."""
+    return {t for t, i in now.items() if i is None and t in known.ids}
+
+
 def seen(known: TopicIds, now: dict[str, str | None], again: dict[str, tuple[str, str]]) -> TopicIds:
     """The cursor's topic ids after a tick that saw `now` (a topic missing now keeps its last id)."""
     return TopicIds({**known.ids, **{t: i for t, i in now.items() if i is not None}}, known.earlier | set(again))
