@@ -84,3 +84,17 @@ def batch_key(ranges: list[tuple[OffsetRange, int]]) -> str:
     digest = hashlib.sha256("\n".join(f"{r.key}#{a}" for r, a in sorted(ranges, key=lambda x: x[0].key)).encode())
     first = min(r.key for r, _ in ranges)
     return f"ranges:{len(ranges)}:{first}:{digest.hexdigest()[:16]}"
+
+
+def in_flight(state: PartitionState) -> bool:
+    """Whether the partition has a range requested and not yet archived (what others read of a cursor:
+    the metrics exporter)."""
+    return state.key is not None and not state.done
+
+
+def may_wait_for_operator(state: PartitionState) -> bool:
+    """Whether the partition's range may be one the sensor no longer requests by itself: its last attempt
+    was the last allowed (policy.decide gives up once that attempt's run has failed)."""
+    from matos_dagster.core.runs.policy import MAX_ATTEMPTS
+
+    return in_flight(state) and state.attempt >= MAX_ATTEMPTS
