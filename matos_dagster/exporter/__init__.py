@@ -28,7 +28,7 @@ def make_collector(topics, kafka, instance, name: str = "", timeout_s: float = 5
     topics = as_topic_set(topics)
     side = KafkaSide(topics, kafka, names.archive)
     # The verdicts of the topics Kafka's side resolved last; before that, of the named ones.
-    dagster = DagsterSide(instance, names, lambda: side.watched or topics.resolve([]).topics)
+    dagster = DagsterSide(instance, names, lambda: side.watched or topics.resolve([]).topics, lambda: side.partitions)
     return Collector(names.archive, {"kafka": side.read, "dagster": dagster.read}, timeout_s)
 
 

@@ -47,9 +47,10 @@ def _spans_length(text: str) -> int:
 
 class DagsterSide:
     def __init__(self, instance: DagsterInstance, names: Names, topics: Callable[[], Sequence[TopicConfig]],
-                 started: float | None = None):
-        """`topics`: the topics the Kafka side resolved last (the verdicts to read)."""
-        self.instance, self.names, self.topics = instance, names, topics
+                 partitions: Callable[[], Sequence[tuple[str, int]]] = list, started: float | None = None):
+        """`topics`, `partitions`: those the Kafka side found last (the verdicts to read; the partitions whose
+        counters start at 0, and which wait for no operator unless the cursor says so)."""
+        self.instance, self.names, self.topics, self.partitions = instance, names, topics, partitions
         self.started = time.time() if started is None else started
         self.seen_created: set[str] = set()
         self.seen_ended: set[str] = set()
@@ -92,9 +93,10 @@ class DagsterSide:
             maybe = {tp: s for tp, s in states.items() if estate.may_wait_for_operator(s)}
             gave_up = self._gave_up(maybe)
             for (topic, p), s in states.items():
-                out.set("matos_waiting_for_operator", (a, topic, p), int((topic, p) in gave_up))
                 if estate.in_flight(s) and s.requested_ms is not None and (topic, p) not in gave_up:
                     oldest_ms = s.requested_ms if oldest_ms is None else min(oldest_ms, s.requested_ms)
+            for topic, p in {*self.partitions(), *states}:
+                out.set("matos_waiting_for_operator", (a, topic, p), int((topic, p) in gave_up))
         out.set("matos_oldest_range_waiting_seconds", (a,),
                 0.0 if oldest_ms is None else max(0.0, now - oldest_ms / 1000))
 
@@ -158,8 +160,8 @@ class DagsterSide:
                           ("matos_ranges_failed_total", "failed"), ("matos_runs_dead_total", "dead")):
             out.set(name, (a,), self.counts[key])
         out.set("matos_batch_run_duration_seconds", (a,), tuple(self.duration))
-        for (topic, p), n in self.records.items():
-            out.set("matos_archived_records_total", (a, topic, p), n)
+        for topic, p in {*self.partitions(), *self.records}:  # counters start at 0, so that rate() has a start
+            out.set("matos_archived_records_total", (a, topic, p), self.records.get((topic, p), 0))
             out.set("matos_archived_bytes_total", (a, topic, p), self.bytes.get((topic, p), 0))
         for (topic, p), (offset, at) in self.newest.items():
             out.set("matos_newest_archived_offset", (a, topic, p), offset)

@@ -3,95 +3,25 @@ archive, and that a scrape never waits on a Kafka that does not answer beyond it
 
 from __future__ import annotations
 
-import base64
 import shutil
+import ssl
 import socket
 import subprocess
 import time
 import urllib.error
-import urllib.request
-import uuid
 
 import pytest
-from dagster import instance_for_test
-from helpers import produce
+from dagster import DagsterRun, DagsterRunStatus
+from helpers import missing
+from metrics_stack import AGE_S, of, record_tick, scrape, values
 from prometheus_client.parser import text_string_to_metric_families
 
-from matos_dagster.core import topics as topics_file
-from matos_dagster.core.kafka import many
 from matos_dagster.core.offsets.ranges import OffsetRange
-from matos_dagster.core.swift import layout
+from matos_dagster.core.runs import estate, policy
+from matos_dagster.core.runs.policy import PartitionState
+from matos_dagster.dagster_compat import RUN_KEY_TAG
 from matos_dagster.exporter import serve_metrics
 from matos_dagster.resources import KafkaResource
-from matos_dagster.sensors.monitor import monitor_sensor
-from dagster import build_sensor_context
-
-AGE_S = 300  # the records are stamped this long ago
-
-
-@pytest.fixture
-def instance():
-    with instance_for_test() as instance:
-        yield instance
-
-
-class Archived:
-    """A topic of 2 partitions of 10 records stamped AGE_S ago: [0, 6) of partition 0 archived (a manifest in
-    Swift, offset 6 committed), nothing of partition 1; the monitor's verdict of it reported."""
-
-    def __init__(self, kafka, swift, instance, new_topic):
-        self.topic = new_topic(partitions=2)
-        self.group = f"g-{uuid.uuid4().hex[:6]}"
-        self.topics = topics_file.parse({"topics": [{"name": self.topic, "batch": {"age_s": 60}}]},
-                                        default_group=self.group)
-        stamp = int((time.time() - AGE_S) * 1000)
-        for p in (0, 1):
-            produce(kafka, self.topic, [(b"k", b"v", [])] * 10, partition=p, timestamp=stamp)
-        with swift.store() as store:
-            store.put_json(layout.manifest_name(store.params.prefix, OffsetRange(self.topic, 0, 0, 6)),
-                           {"topic": self.topic, "partition": 0, "start": 0, "end": 6, "objects": []})
-        many.commit(kafka, self.group, {(self.topic, 0): 6})
-        sensor = monitor_sensor(self.topics, 300, 30)
-        result = sensor(build_sensor_context(instance=instance, sensor_name=sensor.name,
-                                             resources={"kafka": kafka, "swift": swift}))
-        for e in result.asset_events:
-            instance.report_runless_asset_event(e)
-
-
-def scrape(url: str, auth: tuple[str, str] | None = None, context=None) -> str:
-    request = urllib.request.Request(url)
-    if auth:
-        request.add_header("Authorization", "Basic " + base64.b64encode(":".join(auth).encode()).decode())
-    with urllib.request.urlopen(request, timeout=30, context=context) as r:
-        return r.read().decode()
-
-
-def values(text: str) -> dict[tuple, float]:
-    """{(sample name, (label, value) pairs sorted): value} of an exposition."""
-    out = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
-
-
-def of(vals: dict, name: str, **labels) -> float:
-    want = {k: str(v) for k, v in labels.items()}
-    found = [v for (n, ls), v in vals.items() if n == name and want.items() <= dict(ls).items()]
-    assert len(found) == 1, f"{name} {labels}: {found}"
-    return found[0]
-
-
-@pytest.fixture
-def served(kafka, swift, instance, new_topic):
-    archived = Archived(kafka, swift, instance, new_topic)
-    server = serve_metrics(archived.topics, kafka, instance=instance, address="127.0.0.1", port=0, timeout_s=5)
-    try:
-        yield archived, server
-    finally:
-        server.stop()
-        server.collector.close()
-
 
 def test_a_scrape_gives_each_partitions_offsets_lag_in_records_and_seconds_and_the_monitors_verdict(served):
     archived, server = served
@@ -138,8 +68,54 @@ def test_a_scrape_serves_the_last_known_values_with_up_0_when_kafka_does_not_ans
 
 def test_promtool_accepts_the_exposition(served):
     if shutil.which("promtool") is None:
-        pytest.skip("promtool is not installed (Debian: apt-get install --no-install-recommends prometheus)")
+        missing("promtool (Debian: apt-get install --no-install-recommends prometheus)")
     _, server = served
     p = subprocess.run(["promtool", "check", "metrics"], input=scrape(server.url), capture_output=True, text=True,
                        timeout=60)
     assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_the_lag_sensors_cursor_and_ticks_give_the_partitions_waiting_for_an_operator_and_the_oldest_range_waiting(
+        served, instance):
+    archived, server = served
+    t = archived.topic
+    now_ms = time.time() * 1000
+    states = {  # partition 0's range failed its last attempt; partition 1's was requested 30 s ago
+        (t, 0): PartitionState(next=10, key=OffsetRange(t, 0, 6, 10).key, attempt=policy.MAX_ATTEMPTS, done=False,
+                               committed=6, requested_ms=now_ms - 600_000, run="rk-0"),
+        (t, 1): PartitionState(next=10, key=OffsetRange(t, 1, 0, 10).key, attempt=1, done=False,
+                               requested_ms=now_ms - 30_000, run="rk-1"),
+    }
+    instance.add_run(DagsterRun(job_name="archive_ranges", run_id="0" * 8 + "-0000-0000-0000-000000000000",
+                                tags={RUN_KEY_TAG: "rk-0"}, status=DagsterRunStatus.FAILURE))
+    record_tick(instance, "lag", estate.write_cursor(states, {}), took_s=1.5, ago_s=10)
+    record_tick(instance, "monitor", None, took_s=4.0, ago_s=20)
+    vals = values(scrape(server.url))
+    assert of(vals, "matos_waiting_for_operator", topic=t, partition=0) == 1
+    assert of(vals, "matos_waiting_for_operator", topic=t, partition=1) == 0
+    assert 30 <= of(vals, "matos_oldest_range_waiting_seconds") < 90  # partition 1's: 0's waits for an operator
+    assert of(vals, "matos_sensor_tick_duration_seconds", sensor="lag") == pytest.approx(1.5)
+    assert 10 <= of(vals, "matos_sensor_tick_age_seconds", sensor="lag") < 70
+    assert of(vals, "matos_sensor_tick_duration_seconds", sensor="monitor") == pytest.approx(4.0)
+
+
+def test_with_tls_and_basic_auth_a_scrape_without_the_password_is_refused(kafka, instance, archived, tmp_path):
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True, timeout=60)
+    server = serve_metrics(archived.topics, kafka, instance=instance, address="127.0.0.1", port=0,
+                           tls_cert=str(cert), tls_key=str(key), user="prometheus", password="s3cret")
+    try:
+        context = ssl.create_default_context(cafile=str(cert))
+        assert server.url.startswith("https://")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            scrape(server.url, context=context)
+        assert refused.value.code == 401
+        with pytest.raises(urllib.error.HTTPError):
+            scrape(server.url, ("prometheus", "wrong"), context=context)
+        vals = values(scrape(server.url, ("prometheus", "s3cret"), context=context))
+        assert of(vals, "matos_lag_records", topic=archived.topic, partition=1) == 10
+    finally:
+        server.stop()
+        server.collector.close()

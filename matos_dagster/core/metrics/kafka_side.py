@@ -28,6 +28,7 @@ class KafkaSide:
         self.topics, self.kafka, self.archive = topics, kafka, archive
         self.first: dict[TP, tuple[int, int]] = {}  # partition -> (offset, timestamp ms of its record)
         self.watched: list[TopicConfig] = []  # the topics the last refresh resolved
+        self.partitions: list[TP] = []  # and their partitions in Kafka
 
     def read(self, now: float | None = None) -> Samples:
         with self.kafka.kept_clients():
@@ -41,6 +42,7 @@ class KafkaSide:
                     if ts is not None:  # none in time, or a record without a timestamp: asked again next time
                         self.first[tp] = (wanted[tp], ts)
         self.watched = resolved.topics
+        self.partitions = [(t, p) for t, parts in offsets.items() for p in parts]
         now = time.time() if now is None else now
         out = Samples()
         a = self.archive
