@@ -1,8 +1,9 @@
 """matos-dagster: archive Apache Kafka topics into OpenStack Swift, batch by batch, exactly once.
 
 In a Dagster project of one's own: `archive_definitions` (the library function) or `KafkaArchive`
-(the `dg` component), and `serve_metrics` (its Prometheus exporter). Each is imported on first use:
-importing the package reads no setting, reaches no server and imports no Dagster (Spark workers import the core through it).
+(the `dg` component), and `serve_metrics` (its Prometheus exporter). Each is imported on first
+use: importing the package reads no setting, reaches no server and imports no Dagster (Spark
+workers import the core through it).
 """
 
 from __future__ import annotations
