@@ -80,14 +80,15 @@ def test_the_lag_sensors_cursor_and_ticks_give_the_partitions_waiting_for_an_ope
     archived, server = served
     t = archived.topic
     now_ms = time.time() * 1000
-    states = {  # partition 0's range failed its last attempt; partition 1's was requested 30 s ago
+    states = {  # partition 0's range failed its last attempt; partition 1's failed its first, asked again 30 s ago
         (t, 0): PartitionState(next=10, key=OffsetRange(t, 0, 6, 10).key, attempt=policy.MAX_ATTEMPTS, done=False,
                                committed=6, requested_ms=now_ms - 600_000, run="rk-0"),
         (t, 1): PartitionState(next=10, key=OffsetRange(t, 1, 0, 10).key, attempt=1, done=False,
                                requested_ms=now_ms - 30_000, run="rk-1"),
     }
-    instance.add_run(DagsterRun(job_name="archive_ranges", run_id="0" * 8 + "-0000-0000-0000-000000000000",
-                                tags={RUN_KEY_TAG: "rk-0"}, status=DagsterRunStatus.FAILURE))
+    for i in (0, 1):
+        instance.add_run(DagsterRun(job_name="archive_ranges", run_id=f"{i:08d}-0000-0000-0000-000000000000",
+                                    tags={RUN_KEY_TAG: f"rk-{i}"}, status=DagsterRunStatus.FAILURE))
     record_tick(instance, "lag", estate.write_cursor(states, {}), took_s=1.5, ago_s=10)
     record_tick(instance, "monitor", None, took_s=4.0, ago_s=20)
     vals = values(scrape(server.url))
