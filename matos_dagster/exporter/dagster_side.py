@@ -68,7 +68,23 @@ class DagsterSide:
         self._sensors(out, now)
         self._verdicts(out, now)
         self._runs(out, now)
+        self._windows(out)
         return out
+
+    def _windows(self, out: Samples) -> None:
+        """The end of each windowed topic's newest complete window: one query for all their window assets."""
+        from matos_dagster.assets.windows import windows_partitions
+
+        topics = {self.names.windows_key(t): t for t in self.topics() if t.time_window != "none"}
+        if not topics:
+            return
+        for key, event in self.instance.get_latest_materialization_events(list(topics)).items():
+            if event is None or event.dagster_event is None or not event.dagster_event.partition:
+                continue
+            t = topics[key]
+            window = windows_partitions(t).time_window_for_partition_key(event.dagster_event.partition)
+            out.set("matos_windows_complete_until_timestamp_seconds", (self.names.archive, t.name),
+                    window.end.timestamp())
 
     # The sensors: their latest ticks, and the lag sensor's cursor.
     def _sensors(self, out: Samples, now: float) -> None:

@@ -8,7 +8,7 @@ import time
 import urllib.request
 import uuid
 
-from dagster import DagsterInstance, build_sensor_context
+from dagster import AssetMaterialization, DagsterInstance, build_sensor_context
 from dagster._core.remote_origin import RegisteredCodeLocationOrigin, RemoteInstigatorOrigin, RemoteRepositoryOrigin
 from dagster._core.scheduler.instigation import (InstigatorState, InstigatorStatus, InstigatorType,
                                                    SensorInstigatorData, TickData, TickStatus)
@@ -19,6 +19,7 @@ from matos_dagster.core import topics as topics_file
 from matos_dagster.core.kafka import many
 from matos_dagster.core.offsets.ranges import OffsetRange
 from matos_dagster.core.swift import layout
+from matos_dagster.names import DEFAULT
 from matos_dagster.sensors.monitor import monitor_sensor
 
 AGE_S = 600  # the records are stamped this long ago: above the batch age (60 s) plus 5 minutes
@@ -40,6 +41,9 @@ class Archived:
             store.put_json(layout.manifest_name(store.params.prefix, OffsetRange(self.topic, 0, 0, 6)),
                            {"topic": self.topic, "partition": 0, "start": 0, "end": 6, "objects": []})
         many.commit(kafka, self.group, {(self.topic, 0): 6})
+        # Its days are complete up to 2024-01-06 (the days sensor materialised the window of 2024-01-05).
+        instance.report_runless_asset_event(AssetMaterialization(DEFAULT.windows_key(self.topics.resolve([]).topics[0]),
+                                                                 partition="2024-01-05"))
         sensor = monitor_sensor(self.topics, 300, 30)
         result = sensor(build_sensor_context(instance=instance, sensor_name=sensor.name,
                                              resources={"kafka": kafka, "swift": swift}))

@@ -39,6 +39,7 @@ def test_a_scrape_gives_each_partitions_offsets_lag_in_records_and_seconds_and_t
         assert of(vals, "matos_lost_offsets", topic=t, partition=p) == 0
     assert of(vals, "matos_batch_max_age_seconds", topic=t) == 60
     assert 0 <= of(vals, "matos_monitor_verdict_age_seconds", topic=t) < 120
+    assert of(vals, "matos_windows_complete_until_timestamp_seconds", topic=t) == 1704499200  # 2024-01-06T00:00Z
     # Every metric has its HELP, and a later scrape's lag in seconds has grown with the clock.
     assert all(f.documentation for f in text_string_to_metric_families(scrape(server.url)))
     time.sleep(1.1)

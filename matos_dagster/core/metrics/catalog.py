@@ -77,6 +77,9 @@ METRICS: list[Metric] = [
            "Dagster's run storage"),
     Metric("matos_oldest_range_waiting_seconds", "gauge", ARCHIVE, "Age of the oldest range requested and not yet "
            "archived; 0 when none.", CURSOR),
+    Metric("matos_windows_complete_until_timestamp_seconds", "gauge", TOPIC, "End of the newest complete day (or "
+           "hour) of a topic with time windows: its window asset's latest materialised partition (Unix time).",
+           "the window assets' latest materialisations"),
     Metric("matos_sensor_tick_duration_seconds", "gauge", ("archive", "sensor"), "Duration of the sensor's latest "
            "finished tick (lag, monitor).", CURSOR),
     Metric("matos_sensor_tick_age_seconds", "gauge", ("archive", "sensor"), "Age of the sensor's latest finished "
