@@ -71,8 +71,6 @@ def test_every_argument_of_a_documented_function_is_described_in_its_docstring()
         assert set(inspect.signature(obj).parameters) == described, dotted
 
 
-
-
 METRICS_PAGE = PROJECT_ROOT / "docs" / "reference" / "metrics.md"
 
 

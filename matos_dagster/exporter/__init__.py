@@ -35,10 +35,28 @@ def make_collector(topics, kafka, instance, name: str = "", timeout_s: float = 5
 def serve_metrics(topics, kafka, *, name: str = "", instance=None, address: str = "0.0.0.0",
                   port: int = DEFAULT_PORT, timeout_s: float = 5.0, tls_cert: str | None = None,
                   tls_key: str | None = None, user: str | None = None, password: str | None = None):
-    """Serve the metrics of the archive `archive_definitions(topics, kafka, ..., name=name)` builds, on
-    http(s)://address:port/metrics, from a thread; returns the server (`.url`, `.stop()`).
+    """Serve the Prometheus metrics of an archive of `archive_definitions` on http(s)://address:port/metrics.
 
-    `instance`: the DagsterInstance of its deployment (default: $DAGSTER_HOME's)."""
+    The server runs in a thread of its own from this call; each scrape asks Kafka and reads the
+    Dagster instance, within `timeout_s` (docs/reference/metrics.md lists the metrics).
+
+    Args:
+        topics: The archive's topics, as given to `archive_definitions`: a `TopicSet`, a topics
+            file's path, or its document.
+        kafka: The archive's `KafkaResource`.
+        name: The archive's name, as given to `archive_definitions` ("" for an unnamed one).
+        instance: The `DagsterInstance` of the archive's deployment (default: $DAGSTER_HOME's).
+        address: The address to listen on.
+        port: The port to listen on (0: any free one; the server's `url` says which).
+        timeout_s: Seconds a scrape waits for Kafka and the instance before serving the last known values.
+        tls_cert: A PEM certificate (its chain after it): serve https.
+        tls_key: The certificate's private key, if not in `tls_cert`.
+        user: Require HTTP basic authentication as this user.
+        password: The basic-auth password.
+
+    Returns:
+        The running server: its `url`, and `stop()`.
+    """
     from dagster import DagsterInstance
 
     from matos_dagster.exporter.server import Server
