@@ -145,20 +145,23 @@ class DagsterSide:
         tags = {BATCH_TAG: "true", **self.names.run_tags}
         out.set("matos_runs", (a, "queued"), self.instance.get_runs_count(RunsFilter(tags=tags, statuses=_QUEUED)))
         out.set("matos_runs", (a, "in_progress"), self.instance.get_runs_count(RunsFilter(tags=tags, statuses=_GOING)))
-        since = datetime.datetime.fromtimestamp(self.started, datetime.timezone.utc)
-        for record in self.instance.get_run_records(RunsFilter(tags=tags, created_after=since)):
-            run = record.dagster_run
-            if run.run_id not in self.seen_created and self.names.owns(run):
-                self.seen_created.add(run.run_id)
-                self.counts["requested"] += int(run.tags.get("matos/ranges", "1"))
-        # Runs updated a little before the last refresh too: storage clocks and commits are not instant.
+        # The runs created, and those ended, since a little before the last refresh (storage clocks and
+        # commits are not instant): each query reads a refresh's worth of runs, however long the exporter
+        # runs. A run in two windows is counted once: the ids of the last window are kept, no more.
         after = datetime.datetime.fromtimestamp(max(self.started, self.checked_until - 60), datetime.timezone.utc)
         self.checked_until = now
-        for record in self.instance.get_run_records(RunsFilter(tags=tags, statuses=_ENDED, updated_after=after)):
+        created = self.instance.get_run_records(RunsFilter(tags=tags, created_after=after))
+        for record in created:
             run = record.dagster_run
-            if run.run_id in self.seen_ended or not self.names.owns(run):
+            if run.run_id not in self.seen_created and self.names.owns(run):
+                self.counts["requested"] += int(run.tags.get("matos/ranges", "1"))
+        self.seen_created = {r.dagster_run.run_id for r in created}
+        ended = self.instance.get_run_records(RunsFilter(tags=tags, statuses=_ENDED, updated_after=after))
+        seen_before, self.seen_ended = self.seen_ended, {r.dagster_run.run_id for r in ended}
+        for record in ended:
+            run = record.dagster_run
+            if run.run_id in seen_before or not self.names.owns(run):
                 continue
-            self.seen_ended.add(run.run_id)
             archived = self._materialised(run.run_id)
             self.counts["archived"] += archived
             if run.status != DagsterRunStatus.SUCCESS:

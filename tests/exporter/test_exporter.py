@@ -17,11 +17,12 @@ from metrics_stack import AGE_S, of, record_tick, scrape, values
 from prometheus_client.parser import text_string_to_metric_families
 
 from matos_dagster.core.offsets.ranges import OffsetRange
-from matos_dagster.core.runs import estate, policy
+from matos_dagster.core.runs import estate, heartbeat, policy
 from matos_dagster.core.runs.policy import PartitionState
 from matos_dagster.dagster_compat import RUN_KEY_TAG
 from matos_dagster.exporter import serve_metrics
 from matos_dagster.resources import KafkaResource
+from matos_dagster.turns import BATCH_TAG
 
 def test_a_scrape_gives_each_partitions_offsets_lag_in_records_and_seconds_and_the_monitors_verdict(served):
     archived, server = served
@@ -121,3 +122,25 @@ def test_with_tls_and_basic_auth_a_scrape_without_the_password_is_refused(kafka,
     finally:
         server.stop()
         server.collector.close()
+
+
+def test_batch_runs_created_and_ended_since_the_exporter_started_are_counted_once_each(served, instance):
+    archived, server = served
+    first = values(scrape(server.url))
+    assert of(first, "matos_ranges_requested_total") == 0 and of(first, "matos_runs_dead_total") == 0
+
+    def run(i: int, status, ranges: int, **tags) -> None:
+        instance.add_run(DagsterRun(job_name="archive_ranges", run_id=f"{i:08d}-1111-0000-0000-000000000000",
+                                    status=status, tags={BATCH_TAG: "true", "matos/ranges": str(ranges), **tags}))
+
+    run(1, DagsterRunStatus.NOT_STARTED, 4)  # queued (a queued run needs a code location to be made here)
+    run(2, DagsterRunStatus.FAILURE, 3)
+    run(3, DagsterRunStatus.FAILURE, 2, **{heartbeat.TAG: f"{time.time() - 3600:.3f}"})  # its beat stopped long ago
+    run(4, DagsterRunStatus.STARTED, 1)
+    for _ in range(2):  # a second scrape counts nothing again
+        vals = values(scrape(server.url))
+        assert of(vals, "matos_ranges_requested_total") == 4 + 3 + 2 + 1
+        assert of(vals, "matos_ranges_failed_total") == 3 + 2  # none of theirs archived
+        assert of(vals, "matos_runs_dead_total") == 1
+        assert of(vals, "matos_runs", state="queued") == 1 and of(vals, "matos_runs", state="in_progress") == 1
+        assert of(vals, "matos_archived_records_total", topic=archived.topic, partition=0) == 0
