@@ -148,7 +148,8 @@ class DagsterSide:
         # The runs created, and those ended, since a little before the last refresh (storage clocks and
         # commits are not instant): each query reads a refresh's worth of runs, however long the exporter
         # runs. A run in two windows is counted once: the ids of the last window are kept, no more.
-        after = datetime.datetime.fromtimestamp(max(self.started, self.checked_until - 60), datetime.timezone.utc)
+        # (Run storage keeps update times in whole seconds: the exporter's start, a second early.)
+        after = datetime.datetime.fromtimestamp(max(self.started - 1, self.checked_until - 60), datetime.timezone.utc)
         self.checked_until = now
         created = self.instance.get_run_records(RunsFilter(tags=tags, created_after=after))
         for record in created:
