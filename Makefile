@@ -10,7 +10,7 @@ export DAGSTER_HOME := $(MATOS_DEVSTACK_DIR)/dagster
 DAGSTER_PORT ?= 3000
 PYTEST_TIMEOUT ?= 1200
 
-.PHONY: install run run-postgres up down status demo test test-all test-python-reader docs bench bench-peer bench-history bench-compaction bench-days bench-estate bench-ui clean
+.PHONY: install run run-postgres up down status demo test test-all test-python-reader docs bench bench-peer bench-history bench-compaction bench-days bench-estate bench-ui bench-metrics clean
 
 install: $(STAMP) $(NATIVE)
 
@@ -114,6 +114,7 @@ bench: install
 	$(BIN)/python -m matos_dev.bench.ui $(UI_ARGS)
 	$(BIN)/python -m matos_dev.bench.estate $(ESTATE_ARGS)
 	cp .bench/estate.md $(BENCH_DOCS)/estate.md
+	$(BIN)/python -m matos_dev.bench.metrics $(METRICS_ARGS)
 	$(BIN)/python -m matos_dev.bench --peer --peer-faults $(PEER_ARGS)
 
 # The archive side by side with Apache Iceberg's Kafka Connect sink (bench/peer.py): W1 and W2,
@@ -154,3 +155,9 @@ bench-estate: install
 # retention (4 x MATOS_KEEP_KEYS keys), then at 100,000 keys (bench/ui.py; about 10 minutes).
 bench-ui: install
 	$(BIN)/python -m matos_dev.bench.ui $(UI_ARGS)
+
+# The metrics exporter (`matos metrics`) scraped every 15 s at 1,000 partitions for 5 minutes: scrape
+# time (target under 2 s) and its CPU (target at most 0.05 core) (bench/metrics.py; results in
+# .bench/metrics.md); e.g. METRICS_ARGS="--partitions 100,1000 --duration-s 60".
+bench-metrics: install
+	$(BIN)/python -m matos_dev.bench.metrics $(METRICS_ARGS)

@@ -4,10 +4,11 @@ Each name here has no public equivalent in Dagster 1.13; if one moves, only this
 """
 
 from dagster._core.definitions.data_version import DATA_VERSION_IS_USER_PROVIDED_TAG, DATA_VERSION_TAG
+from dagster._core.scheduler.instigation import InstigatorType
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 from dagster._core.storage.tags import PARTITION_NAME_TAG, RUN_KEY_TAG, SENSOR_NAME_TAG
 
-__all__ = ["AssetCheckExecutionRecordStatus", "DATA_VERSION_IS_USER_PROVIDED_TAG", "DATA_VERSION_TAG", "PARTITION_NAME_TAG", "RUN_KEY_TAG", "SENSOR_NAME_TAG",
+__all__ = ["AssetCheckExecutionRecordStatus", "InstigatorType", "DATA_VERSION_IS_USER_PROVIDED_TAG", "DATA_VERSION_TAG", "PARTITION_NAME_TAG", "RUN_KEY_TAG", "SENSOR_NAME_TAG",
            "event_log_shard", "submit_asset_backfill", "backfill_status", "prune_check_history"]
 
 

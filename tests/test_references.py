@@ -71,3 +71,15 @@ def test_every_argument_of_a_documented_function_is_described_in_its_docstring()
         assert set(inspect.signature(obj).parameters) == described, dotted
 
 
+METRICS_PAGE = PROJECT_ROOT / "docs" / "reference" / "metrics.md"
+
+
+def test_the_metrics_page_is_the_generated_reference_of_every_metric_the_exporter_serves():
+    from matos_dagster.core.metrics import catalog
+
+    documented = between(METRICS_PAGE.read_text(), "<!-- metrics reference", "<!-- end of the metrics reference")
+    assert documented == catalog.reference(), "run `python -m matos_dagster.core.metrics.catalog` and paste its output"
+    for m in catalog.METRICS:  # Prometheus' conventions: the prefix, a unit last, `_total` on counters only
+        assert m.name.startswith("matos_") and m.help, m.name
+        assert m.name.endswith("_total") == (m.kind == "counter"), m.name
+        assert not m.name.endswith(("_ms", "_s", "_milliseconds", "_kb")), m.name

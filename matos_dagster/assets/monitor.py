@@ -181,6 +181,14 @@ def evaluate(instance: DagsterInstance, kafka: KafkaResource, swift: SwiftResour
 def read_previous(instance: DagsterInstance, topics: Sequence[TopicConfig],
                   names: Names = DEFAULT) -> dict[str, Previous]:
     """Each topic's last verdict, from one query of the latest executions of their checks."""
+    return {name: Previous.parse(t, {k: v.value for k, v in metadata.items()})
+            for name, (t, metadata) in latest_verdicts(instance, topics, names).items()}
+
+
+def latest_verdicts(instance: DagsterInstance, topics: Sequence[TopicConfig],
+                    names: Names = DEFAULT) -> dict[str, tuple[float, dict]]:
+    """Each topic's last verdict as (when, its metadata values), from one query of the latest
+    executions of their checks (the monitor's own reading, and the metrics exporter's)."""
     keys = {check_key(t, names): t.name for t in topics}
     latest = instance.event_log_storage.get_latest_asset_check_execution_by_key(list(keys))
     out = {}
@@ -191,7 +199,7 @@ def read_previous(instance: DagsterInstance, topics: Sequence[TopicConfig],
             record = records[0] if records else None
         evaluation = record.evaluation if record is not None else None
         if evaluation is not None:
-            out[name] = Previous.parse(record.event.timestamp, {k: v.value for k, v in evaluation.metadata.items()})
+            out[name] = (record.event.timestamp, dict(evaluation.metadata))
     return out
 
 

@@ -29,6 +29,7 @@ EPILOG = """first steps:
   matos archive KEY ...           archive those ranges
   matos backfill demo             everything pending, as one Dagster backfill
   matos monitor demo              lag, gaps and loss per partition
+  matos metrics                   the same for Prometheus, on :9464/metrics
 
 Settings are MATOS_* environment variables; `python -m matos_dagster.core.settings` lists them."""
 
@@ -114,6 +115,11 @@ def parser() -> argparse.ArgumentParser:
                 lambda args: audit.run(args, audit_error))
     audit_error = c.error
     audit.add_arguments(c)
+    from matos_dagster.cli import metrics
+
+    c = command("metrics", "serve the archive's metrics for Prometheus on /metrics (port 9464)",
+                metrics.DESCRIPTION, "metrics --port 9464", metrics.run)
+    metrics.add_arguments(c)
     c = command("instance", "create the Dagster instance's storage, or repair one broken by two commands at once",
                 "Create the storage of the Dagster instance in $DAGSTER_HOME once, under a lock (every command "
                 "does this first). --repair mends an instance whose sqlite storage two processes created at "

@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from matos_dagster.core import faults
+from matos_dagster.core import faults, tracing
 from matos_dagster.core.archive.commit import advance_many, restart
 from matos_dagster.core.archive.range_run import Archived, DataLoss, Overlaps, Planned, RangeRefused, plan, write_manifest
 from matos_dagster.core.archive.slice_task import RecordTooLarge, SliceJob, archive_slice
@@ -134,28 +134,36 @@ class _Run:
         self.lock = threading.Lock()
 
     def run(self) -> Batch:
-        self.ask_kafka()
-        self.stores.each(self.incarnation, sorted({o.topic.name: o.topic for o in self.outcomes}.items()))
-        self.stores.each(self.check, _by_partition(self.outcomes))
+        with tracing.span("archive_batch", ranges=len(self.outcomes)):  # its phases' spans, if tracing is on
+            return self._run()
+
+    def _run(self) -> Batch:
+        with tracing.span("checks", ranges=len(self.outcomes)):
+            self.ask_kafka()
+            self.stores.each(self.incarnation, sorted({o.topic.name: o.topic for o in self.outcomes}.items()))
+            self.stores.each(self.check, _by_partition(self.outcomes))
         self.planned.sort(key=lambda x: (x[1].range.topic, x[1].range.partition, x[1].range.start))
         jobs = [j for _, p in self.planned for j in p.jobs]
         tasks = pack(jobs)
         if jobs:
             self.say(f"{len(self.planned)} range(s) of {len({(p.range.topic, p.range.partition) for _, p in self.planned})} "
                      f"partition(s): {len(jobs)} slice(s) in {len(tasks)} Spark task(s)")
-            session = self.spark() if callable(self.spark) else self.spark
-            self.kafka.release_clients()  # range_run._archive says why: the Spark job is the run's long wait
-            results = iter(r for task in run_tasks(session, archive_slices, tasks, f"archive {len(self.planned)} ranges")
-                           for r in task)
-            self.slices = {id(o): [next(results) for _ in p.jobs] for o, p in self.planned}
+            with tracing.span("spark_job", ranges=len(self.planned), slices=len(jobs), tasks=len(tasks)):
+                session = self.spark() if callable(self.spark) else self.spark
+                self.kafka.release_clients()  # range_run._archive says why: the Spark job is the run's long wait
+                results = iter(r for task in run_tasks(session, archive_slices, tasks,
+                                                       f"archive {len(self.planned)} ranges") for r in task)
+                self.slices = {id(o): [next(results) for _ in p.jobs] for o, p in self.planned}
             groups: dict[tuple[str, int], list] = {}
             for o, p in self.planned:
                 groups.setdefault((p.range.topic, p.range.partition), []).append((o, p))
-            self.stores.each(self.write, list(groups.values()))
+            with tracing.span("manifests", ranges=len(self.planned)):
+                self.stores.each(self.write, list(groups.values()))
             for reader, n in sorted(self.readers.items()):
                 self.say(f"{n} range(s): records read by the {reader} slice reader "
                          "(MATOS_NATIVE_READER=false turns the native one off)")
-        notes = self.commit()
+        with tracing.span("commits", ranges=sum(o.ok for o in self.outcomes)):
+            notes = self.commit()
         elapsed = time.monotonic() - self.t0
         for o in self.outcomes:
             if o.ok:

@@ -140,3 +140,15 @@ def batch_key(ranges: list[tuple[OffsetRange, int]], ids: dict[str, str] | None 
                                       for r, a in sorted(ranges, key=lambda x: x[0].key)).encode())
     first = min(r.key for r, _ in ranges)
     return f"ranges:{len(ranges)}:{first}:{digest.hexdigest()[:16]}"
+
+
+def in_flight(state: PartitionState) -> bool:
+    """Whether the partition has a range requested and not yet archived (what others read of a cursor:
+    the metrics exporter)."""
+    return state.key is not None and not state.done
+
+
+def waits_for_operator(state: PartitionState) -> bool:
+    """Whether the sensor gave the partition up (policy.decide: its range failed every attempt) and no
+    longer requests it by itself: the monitor warns of it, and the operator's command goes on."""
+    return bool(state.stopped)

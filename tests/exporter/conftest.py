@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from dagster import instance_for_test
+
+sys.path.insert(0, str(Path(__file__).parent))  # metrics_stack, beside the tests that share it
+
+from metrics_stack import Archived  # noqa: E402
+
+from matos_dagster.exporter import serve_metrics  # noqa: E402
+
+
+@pytest.fixture
+def instance():
+    with instance_for_test() as instance:
+        yield instance
+
+
+@pytest.fixture
+def archived(kafka, swift, instance, new_topic):
+    return Archived(kafka, swift, instance, new_topic)
+
+
+@pytest.fixture
+def served(kafka, instance, archived):
+    server = serve_metrics(archived.topics, kafka, instance=instance, address="127.0.0.1", port=0, timeout_s=30)  # a busy machine
+    try:
+        yield archived, server
+    finally:
+        server.stop()
+        server.collector.close()
