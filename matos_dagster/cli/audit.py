@@ -48,10 +48,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="also compare N records a range with Kafka, while Kafka still has them")
     how.add_argument("--full", action="store_true", help="also compare every record with Kafka")
     where = parser.add_mutually_exclusive_group()
-    where.add_argument("--all", action="store_true",
+    # Spelled as `matos verify`'s options (its job's config): one spelling of each.
+    where.add_argument("--audit-all", action="store_true", dest="all",
                        help="audit every entry from each partition's first (lists the whole history), and "
                        "move the audit marks")
-    where.add_argument("--from", type=int, dest="from_offset", metavar="OFFSET",
+    where.add_argument("--from-offset", type=int, dest="from_offset", metavar="OFFSET",
                        help="audit each partition from OFFSET on (the marks move only if OFFSET is at or below them)")
 
 
@@ -60,7 +61,7 @@ def run(args: argparse.Namespace, error=None) -> int:
     if args.sample < 0:
         error(f"--sample must be >= 0, got {args.sample}")
     if args.from_offset is not None and args.from_offset < 0:
-        error(f"--from must be an offset >= 0, got {args.from_offset}")
+        error(f"--from-offset must be an offset >= 0, got {args.from_offset}")
     since = EVERYTHING if args.all else FROM_MARK if args.from_offset is None else args.from_offset
     try:
         settings.check()  # a bad setting: one line naming it, before Kafka or Swift is asked
