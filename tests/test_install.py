@@ -175,14 +175,15 @@ def test_the_tutorial_of_the_your_project_page_runs_as_written_and_a_users_dg_pr
         began = time.monotonic()
         p = subprocess.run(list(args), cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
         took[" ".join(args[:3])] = round(time.monotonic() - began, 1)
+        print(f"{' '.join(args[:4])}: {took[' '.join(args[:3])]} s")
         said = p.stdout + p.stderr
         assert p.returncode == 0, "\n".join([" ".join(args)] + [line for line in said.splitlines()
                                                                  if "ERROR" in line or "Failure" in line]
                                             + [said[-3000:]])
         return said
 
-    def ours(text: str) -> str:
-        return text.replace("orders", topic).replace("matos-archive", container)
+    def ours(text: str) -> str:  # the container, not the group `matos-archiver`
+        return re.sub(r"\bmatos-archive\b", container, text.replace("orders", topic))
 
     run(str(Path(sys.executable).parent / "create-dagster"), "project", "--no-uv-sync", str(project), cwd=tmp_path)
     pip_install(venv, "--no-deps", "--editable", str(project))  # the user's own package, as `uv sync` makes it
@@ -221,7 +222,6 @@ def test_the_tutorial_of_the_your_project_page_runs_as_written_and_a_users_dg_pr
         doc["attributes"]["swift"]["container"] = container if name == "eu" else f"{container}-us"
         (defs / name / "defs.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     (defs / f"{day_topic}_of_the_day.py").write_text(DAY_ASSET.read_text().replace("orders", day_topic))
-    assert "All definitions loaded successfully." in run("dg", "check", "defs")
 
     # Records of the day before yesterday (within Kafka's retention), and one of the next day: the day
     # is complete once they are archived.
