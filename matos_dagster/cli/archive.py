@@ -19,9 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from matos_dagster.cli.common import Refused
-
 KINDS = ("kafka", "swift", "spark")
+
+
+class NoArchive(ValueError):
+    """No archive where `--archive` looks, said in one line with what to change (a ValueError: the CLI
+    prints it as a refusal; common.py's Refused is not imported here, which imports this)."""
 
 
 @dataclass(frozen=True)
@@ -74,7 +77,7 @@ def named() -> bool:
 
 
 def current() -> Archive:
-    """The command's archive, loaded once; Refused in one line if there is none such."""
+    """The command's archive, loaded once; NoArchive in one line if there is none such."""
     global _current
     if _current is None:
         name, module = _chosen
@@ -100,7 +103,7 @@ def project_module(folder: Path) -> tuple[str, Path]:
             project = dg.get("project", {})
             if dg.get("directory_type") == "project" and project.get("root_module"):
                 return project.get("code_location_target_module") or f"{project['root_module']}.definitions", where
-    raise Refused(f"no dg project in {folder} or above (a pyproject.toml with [tool.dg.project]): run matos from "
+    raise NoArchive(f"no dg project in {folder} or above (a pyproject.toml with [tool.dg.project]): run matos from "
                   "your project's folder, or name the module of your definitions with --module")
 
 
@@ -121,17 +124,17 @@ def _load(name: str, module: str | None) -> Archive:
     try:
         loaded = importlib.import_module(module)
     except ModuleNotFoundError as e:
-        raise Refused(f"cannot import {module} ({e}): run matos from your project's folder, in its virtualenv") from None
+        raise NoArchive(f"cannot import {module} ({e}): run matos from your project's folder, in its virtualenv") from None
     targets = loadable_targets_from_loaded_module(loaded)
     if len(targets) != 1:
-        raise Refused(f"{module} has {len(targets)} Definitions (or @definitions functions): give it exactly one")
+        raise NoArchive(f"{module} has {len(targets)} Definitions (or @definitions functions): give it exactly one")
     defs = targets[0].target_definition
     if not isinstance(defs, Definitions):
         defs = defs()  # a @definitions function (a dg project's): its defs folder loaded now
     built = library.BUILT.get(name)
     if built is None:
         known = ", ".join(repr(n) for n in library.BUILT) or "none"
-        raise Refused(f"no archive named {name!r} in {module} (archives there: {known}): give --archive the "
+        raise NoArchive(f"no archive named {name!r} in {module} (archives there: {known}): give --archive the "
                       "`name` of its KafkaArchive component")
     return Archive(defs, built.names, built.topic_set, built.topics, built.group,
                    f"the archive {name!r} of {module}")
