@@ -208,6 +208,8 @@ def test_the_tutorial_of_the_your_project_page_runs_as_written_and_a_users_dg_pr
     assert [line.split()[:2] for line in checked.splitlines() if line.split()[:1] in ([p] for p in parts)] == [
         [part, "OK"] for part in parts], checked
     assert "1000 records, offsets 0 to 999" in said["python read.py"]
+    verified = said["matos --archive eu verify orders --sample -1"]
+    assert "  ok: True" in verified and "  compared_with_kafka: 1000" in verified, verified
     swift = SwiftResource(auth_url=swift_server.auth_url, user=swift_server.user, key=swift_server.key,
                           container=container)
     with swift.store() as store:
