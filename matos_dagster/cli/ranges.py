@@ -68,7 +68,7 @@ def backfill(args: argparse.Namespace) -> int:
         if not args.wait:
             return 0
         status = bf.wait(instance, backfill_id)
-        done = bf.outcomes(instance, backfill_id, topic, keys)
+        done = bf.outcomes(instance, backfill_id, topic, keys, chosen.names)
         for o in done:
             if o.records is not None:
                 print(f"archived {o.key}: {o.records} records (run {o.run_id})")
