@@ -5,6 +5,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 NATIVE := matos_dagster/core/archive/native/_slice_reader.so
+# The repository's development setup: the connections default to the local stack (core/settings.py).
+export MATOS_DEV := true
 export MATOS_DEVSTACK_DIR ?= $(CURDIR)/.devstack
 export DAGSTER_HOME := $(MATOS_DEVSTACK_DIR)/dagster
 DAGSTER_PORT ?= 3000

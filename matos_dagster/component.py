@@ -35,12 +35,30 @@ from matos_dagster.resources import KafkaResource, SparkResource, SwiftResource
 _ENV = re.compile(r"""\s*\{\{\s*env(?:\.(\w+)|\(\s*['"](\w+)['"]\s*\))\s*\}\}\s*""")
 
 
+# Settings a user writes as a YAML mapping as well as the resource's string (`key=value;...`).
+MAPPINGS = {("SparkResource", "conf")}
+
+
 def _connection_model(resource: type) -> type[Model]:
     """The `defs.yaml` form of a resource: each of its settings, optional, a value or `{{ env.X }}`."""
+    def kind(name: str) -> Any:
+        if (resource.__name__, name) in MAPPINGS:
+            return Optional[Union[str, dict[str, Union[str, int, float, bool]]]]
+        return Optional[Union[str, int]]
+
     return create_model(
         f"{resource.__name__.removesuffix('Resource')}Connection", __base__=Model,
-        **{name: (Optional[Union[str, int]], Field(default=None, description=info.description))
+        **{name: (kind(name), Field(default=None, description=info.description))
            for name, info in resource.model_fields.items()})
+
+
+def _pairs(field: str, mapping: dict) -> str:
+    """A mapping as the resource's `key=value;...` string; a `;` or `=` that would change its meaning refused."""
+    for key, value in mapping.items():
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        if ";" in f"{key}{text}" or "=" in str(key):
+            raise ValueError(f"{field}: {key}: {text!r} has a `;` (or its key a `=`), which the setting cannot carry")
+    return ";".join(f"{key}={str(v).lower() if isinstance(v, bool) else v}" for key, v in mapping.items())
 
 
 def _resolve_connection(resource: type):
@@ -56,12 +74,28 @@ def _resolve_connection(resource: type):
             else:
                 values[name] = context.resolve_value(raw)
         try:
+            for name, value in values.items():
+                if isinstance(value, dict):
+                    values[name] = _pairs(".".join(map(str, [*context.path, name])), value)
             return resource(**values)
         except ValueError as e:  # pydantic's: a required setting missing, a number that is not one
             problems = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in getattr(e, "errors", list)())
             raise ValueError(f"{'.'.join(map(str, context.path))}: {problems or e}") from None
 
-    return Resolver(resolve, model_field_type=_connection_model(resource), inject_before_resolve=False)
+    return Resolver(resolve, model_field_type=_connection_model(resource), inject_before_resolve=False,
+                    description=CONNECTIONS[resource.__name__])
+
+
+CONNECTIONS = {
+    "KafkaResource": "The Kafka cluster: the `MATOS_KAFKA_*` settings without their prefix (below).",
+    "SwiftResource": "The Swift container: the `MATOS_SWIFT_*` settings without their prefix (below).",
+    "SparkResource": "Where the archive's Spark tasks run: `master` and `conf` (below).",
+}
+
+
+def _about(text: str) -> Resolver:
+    """A plain attribute with its meaning, which `dg` and the generated reference show."""
+    return Resolver.default(description=text)
 
 
 def _archive_name(folder: str) -> str:
@@ -157,17 +191,24 @@ class KafkaArchive(Component, Resolvable):
         compact_cron: When the `compact` job merges small archived ranges into large ones.
     """
 
-    topics: list[Union[str, dict[str, Any]]]
+    topics: Annotated[list[Union[str, dict[str, Any]]], _about(
+        "The topics file's `topics:` list: names and patterns, each with any key a topic takes. Schema files "
+        "are relative to the component's folder.")]
     kafka: Annotated[KafkaResource, _resolve_connection(KafkaResource)]
     swift: Annotated[SwiftResource, _resolve_connection(SwiftResource)]
     spark: Annotated[SparkResource, _resolve_connection(SparkResource)]
-    defaults: dict[str, Any] = field(default_factory=dict)
-    name: Optional[str] = None
-    group: str = "archive"
-    sensor_interval_s: int = 30
-    monitor_interval_s: int = 300
-    retention_cron: str = "7 * * * *"
-    compact_cron: str = "37 * * * *"
+    defaults: Annotated[dict[str, Any], _about("The topics file's `defaults:`, for every topic.")] = field(
+        default_factory=dict)
+    name: Annotated[Optional[str], _about(
+        "The archive's name, from which every Dagster name is derived; unset, the component's folder name. "
+        "Two archives in one project need two names.")] = None
+    group: Annotated[str, _about("The asset group of the archive assets.")] = "archive"
+    sensor_interval_s: Annotated[int, _about("Seconds between two ticks of the lag, monitor and days sensors.")] = 30
+    monitor_interval_s: Annotated[int, _about("The oldest a topic's monitor verdict may be, in seconds.")] = 300
+    retention_cron: Annotated[str, _about("When the `retention` job prunes old partition keys and runs.")] = \
+        "7 * * * *"
+    compact_cron: Annotated[str, _about("When the `compact` job merges small archived ranges into large ones.")] = \
+        "37 * * * *"
 
     def build_defs(self, context: ComponentLoadContext) -> Definitions:
         # Schema files named in the topics are relative to the component's folder.

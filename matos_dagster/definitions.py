@@ -1,8 +1,9 @@
 """The project's own code location: the archive of library.py's `archive_definitions`, built from the
 MATOS_ settings (`workspace.yaml`, `dg`, `dagster -m matos_dagster.definitions`, the `matos` CLI).
 
-Every setting reaches the resources here, through `EnvVar`, and nowhere else. Unset
-settings take the defaults of `settings.py`, which point at the local stack.
+Every setting reaches the resources here, through `EnvVar`, and nowhere else. Unset settings take
+the defaults of `settings.py`; the connections have none outside the repository's development setup
+(MATOS_DEV=true, where they point at the local stack): unset, loading refuses in one line each.
 
 The topics file names topics and patterns. Each topic has its assets; the topics a pattern
 matches are listed from Kafka when the code location loads (a topic created later is archived

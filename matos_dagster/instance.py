@@ -49,9 +49,12 @@ class InstanceError(RuntimeError):
 
 
 def default_home() -> Path:
-    """$DAGSTER_HOME, else the local stack's instance folder."""
+    """$DAGSTER_HOME; unset, the local stack's instance folder in the development setup, else InstanceError."""
     if os.environ.get("DAGSTER_HOME"):
         return Path(os.environ["DAGSTER_HOME"])
+    if not settings.development():  # never a folder of the installed package's
+        raise InstanceError("DAGSTER_HOME is not set: set it to the folder of your Dagster instance (one that "
+                            "outlives the process, e.g. the one your `dg dev` uses)")
     return Path(settings.get("MATOS_DEVSTACK_DIR")) / "dagster"
 
 

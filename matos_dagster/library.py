@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,20 @@ from matos_dagster.sensors.monitor import monitor_sensor
 log = logging.getLogger(__name__)
 
 LISTING_TIMEOUT_S = 10  # at most this long for the pattern's topics when the definitions load
+
+
+@dataclass(frozen=True)
+class Built:
+    """What `archive_definitions` built an archive of: what `matos --archive NAME` needs beside the
+    definitions (cli/archive.py), which keep no trace of the topics file they were made from."""
+
+    names: Names
+    topic_set: TopicSet
+    topics: list[TopicConfig]  # those with assets
+    group: str
+
+
+BUILT: dict[str, Built] = {}  # by archive name, the last built in this process
 
 
 def archive_definitions(
@@ -149,6 +164,7 @@ def archive_definitions(
         resources={names.of("kafka"): kafka, names.of("swift"): swift, names.of("spark"): spark},
         executor=executor,
     )
+    BUILT[names.archive] = Built(names, topic_set, listed, group)
     return defs
 
 

@@ -22,7 +22,11 @@ import time
 import uuid
 from pathlib import Path
 
-import pytest
+# The repository's development setup (core/settings.py): the connections default to the local stack,
+# which the fixtures replace where a test needs its own. A test of the installed product unsets it.
+os.environ.setdefault("MATOS_DEV", "true")
+
+import pytest  # noqa: E402
 from confluent_kafka.admin import NewTopic
 from matos_dev.stack.kafka import KafkaServer
 from matos_dev.stack.process import free_port

@@ -13,6 +13,15 @@ from dagster.components.testing import create_defs_folder_sandbox
 from matos_dagster import KafkaArchive
 
 
+def messages(error: BaseException | None) -> list[str]:
+    """The error's message and those of its causes: Dagster wraps a component's own error."""
+    out = []
+    while error is not None:
+        out.append(str(error))
+        error = error.__cause__ or error.__context__
+    return out
+
+
 @pytest.fixture
 def sandbox():
     with create_defs_folder_sandbox() as sandbox:
@@ -66,9 +75,32 @@ def test_a_bad_attribute_is_refused_in_one_line_naming_it(sandbox):
     with pytest.raises(Exception) as e:
         with sandbox.load_component_and_build_defs(defs_path=path):
             pass
-    causes = []
-    error: BaseException | None = e.value
-    while error is not None:
-        causes.append(str(error))
-        error = error.__cause__ or error.__context__
+    causes = messages(e.value)
     assert any("format" in c and "csv" in c and "\n" not in c for c in causes), causes
+
+
+def test_spark_conf_is_taken_as_a_yaml_mapping_as_well_as_the_settings_string(sandbox):
+    path = sandbox.scaffold_component(KafkaArchive, defs_path="eu")
+    doc = yaml.safe_load((path / "defs.yaml").read_text())
+    doc["attributes"]["spark"] = {"master": "local[2]",
+                                  "conf": {"spark.executor.memory": "2g", "spark.ui.enabled": False, "spark.x": 3}}
+    (path / "defs.yaml").write_text(yaml.safe_dump(doc))
+    with sandbox.load_component_and_build_defs(defs_path=path) as (_, defs):
+        spark = defs.resources["eu_spark"]
+        assert spark.conf == "spark.executor.memory=2g;spark.ui.enabled=false;spark.x=3"
+        assert {"spark.executor.memory": "2g", "spark.ui.enabled": "false"}.items() <= spark.spark_config().items()
+    # A value the `key=value;...` form cannot carry is refused, naming it.
+    doc["attributes"]["spark"]["conf"] = {"spark.driver.extraJavaOptions": "-Da=1;-Db=2"}
+    (path / "defs.yaml").write_text(yaml.safe_dump(doc))
+    with pytest.raises(Exception) as e:
+        with sandbox.load_component_and_build_defs(defs_path=path):
+            pass
+    causes = messages(e.value)
+    assert any("spark.conf: spark.driver.extraJavaOptions: " in c and "\n" not in c for c in causes), causes
+
+
+def test_every_attribute_of_the_component_has_its_meaning():
+    """The page's attribute table is generated from the model: an attribute without a description
+    would be a row that says nothing."""
+    for name, info in KafkaArchive.model().model_fields.items():
+        assert info.description, name

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -131,32 +133,36 @@ def test_the_wheel_installs_with_pip_into_a_fresh_virtualenv_outside_the_reposit
     assert (tmp_path / "home" / "history" / "runs.db").is_file()
 
 
-USER_ASSET = """
-import dagster as dg
-from matos_dagster.core.days.read import read_window
+PAGE = ROOT / "docs" / "operations" / "your-project.md"
+DAY_ASSET = ROOT / "docs" / "snippets" / "orders_of_the_day.py"  # the page's and event-time.md's example
 
 
-@dg.asset(partitions_def=dg.DailyPartitionsDefinition(start_date="2024-01-01", timezone="UTC"),
-          deps=[dg.AssetKey(["eu", "days_{asset}"])], required_resource_keys={{"eu_swift"}})
-def {asset}_of_the_day(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
-    with context.resources.eu_swift.store() as store:
-        records = read_window(store, store.params.prefix, "{topic}", context.partition_key)
-    return dg.MaterializeResult(metadata={{"records": records.num_rows}})
-"""
+def tutorial_blocks() -> list[tuple[str, str]]:
+    """The tutorial's blocks the page marks `<!-- tutorial: run -->`, (language, text), in its order."""
+    return re.findall(r"<!-- tutorial: run -->\n```(\w*)\n(.*?)```", PAGE.read_text(), flags=re.S)
+
+
+def scaffolded_on_the_page() -> str:
+    return re.search(r"<!-- scaffolded defs.yaml \(generated\) -->\n```yaml\n(.*?)```", PAGE.read_text(),
+                     flags=re.S).group(1)
+
+
 DAY_MS = 86_400_000
 
 
-def test_a_users_dg_project_archives_two_topics_with_the_component_and_its_own_asset_reads_a_day(
+def test_the_tutorial_of_the_your_project_page_runs_as_written_and_a_users_dg_project_archives_two_topics_and_reads_a_day(
         venv, tmp_path, kafka, kafka_server, swift_server, connect_server):
     """As a user does: a new project (create-dagster), matos-dagster installed from the wheel into its
-    virtualenv, the component scaffolded twice (two archives side by side) and set to two topics of
-    the test stack, `dg check defs`, a range archived with `dg launch`, then the user's own asset on
-    a day of the archive."""
-    topics = [f"shop-{uuid.uuid4().hex[:6]}" for _ in range(2)]
-    asset = topics[0].replace("-", "_")
+    virtualenv; then the tutorial's commands, as the page has them (its topic and container made
+    unique), from the scaffolded component to the records read back, `matos --archive` included;
+    then a second archive side by side, a range archived with `dg launch`, and the page's own asset
+    on a day of the archive."""
+    tag = uuid.uuid4().hex[:6]
+    topic, day_topic = f"orders_{tag}", f"sales_{tag}"  # `_`: the asset names are the topics'
     container = f"user-{uuid.uuid4().hex[:8]}"
     home = tmp_path / "dagster_home"
     home.mkdir()
+    # Not the development setup (no MATOS_ variable at all): the connections are the component's.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MATOS_", "DAGSTER_", "PYTHON", "VIRTUAL_ENV"))}
     env.update(VIRTUAL_ENV=str(venv), PATH=f"{venv / 'bin'}:{env['PATH']}", DAGSTER_HOME=str(home),
                DAGSTER_DG_UPDATE_CHECK_ENABLED="0", COLUMNS="200",  # create-dagster: no look at PyPI
@@ -169,48 +175,75 @@ def test_a_users_dg_project_archives_two_topics_with_the_component_and_its_own_a
         began = time.monotonic()
         p = subprocess.run(list(args), cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
         took[" ".join(args[:3])] = round(time.monotonic() - began, 1)
+        print(f"{' '.join(args[:4])}: {took[' '.join(args[:3])]} s")
         said = p.stdout + p.stderr
-        assert p.returncode == 0, "\n".join([line for line in said.splitlines() if "ERROR" in line or "Failure" in line]
+        assert p.returncode == 0, "\n".join([" ".join(args)] + [line for line in said.splitlines()
+                                                                 if "ERROR" in line or "Failure" in line]
                                             + [said[-3000:]])
         return said
+
+    def ours(text: str) -> str:  # the container, not the group `matos-archiver`
+        return re.sub(r"\bmatos-archive\b", container, text.replace("orders", topic))
 
     run(str(Path(sys.executable).parent / "create-dagster"), "project", "--no-uv-sync", str(project), cwd=tmp_path)
     pip_install(venv, "--no-deps", "--editable", str(project))  # the user's own package, as `uv sync` makes it
     defs = project / "src" / "shop" / "defs"
     # Found through the package's entry point: a package without it has nothing to list or scaffold.
     assert "matos_dagster.KafkaArchive" in run("dg", "list", "components")
-    run("dg", "scaffold", "defs", "matos_dagster.KafkaArchive", "eu")
+
+    said = {}
+    for language, text in tutorial_blocks():
+        if language == "python":  # a file, named on its first line, that a later command runs
+            (project / text.splitlines()[0].removeprefix("#").strip()).write_text(ours(text))
+            continue
+        for line in filter(None, (line.split("  #")[0].strip() for line in text.splitlines())):
+            said[line] = run(*shlex.split(ours(line)))
+            if line.startswith("dg scaffold defs"):  # what the page shows, then set to this test's topic
+                written = (defs / "eu" / "defs.yaml").read_text()
+                assert written == scaffolded_on_the_page()
+                (defs / "eu" / "defs.yaml").write_text(ours(written))
+    assert "All definitions loaded successfully." in said["dg check defs"]
+    checked = said["matos --archive eu check"]
+    parts = ("settings", "topics", "kafka", "swift", "spark", "reader", "dagster")
+    assert [line.split()[:2] for line in checked.splitlines() if line.split()[:1] in ([p] for p in parts)] == [
+        [part, "OK"] for part in parts], checked
+    assert "1000 records, offsets 0 to 999" in said["python read.py"]
+    verified = said["matos --archive eu verify orders --sample -1"]
+    assert "  ok: True" in verified and "  compared_with_kafka: 1000" in verified, verified
+    swift = SwiftResource(auth_url=swift_server.auth_url, user=swift_server.user, key=swift_server.key,
+                          container=container)
+    with swift.store() as store:
+        assert check_archive(kafka, store, topic, "matos-archiver") == {0: 1000}
+
+    # A second archive beside the first, both of the two topics; the page's asset on the second's days.
     run("dg", "scaffold", "defs", "matos_dagster.KafkaArchive", "us")
     for name in ("eu", "us"):
         doc = yaml.safe_load((defs / name / "defs.yaml").read_text())
         assert doc["attributes"]["name"] == name
-        doc["attributes"]["topics"] = [{"name": t} for t in topics]
-        doc["attributes"]["swift"]["container"] = f"{container}-{name}"
+        doc["attributes"]["topics"] = [{"name": t} for t in (topic, day_topic)]
+        doc["attributes"]["swift"]["container"] = container if name == "eu" else f"{container}-us"
         (defs / name / "defs.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
-    (defs / f"{asset}_of_the_day.py").write_text(USER_ASSET.format(asset=asset, topic=topics[0]))
-    assert "All definitions loaded successfully." in run("dg", "check", "defs")
+    (defs / f"{day_topic}_of_the_day.py").write_text(DAY_ASSET.read_text().replace("orders", day_topic))
 
     # Records of the day before yesterday (within Kafka's retention), and one of the next day: the day
     # is complete once they are archived.
     day_ms = int(time.time() * 1000) // DAY_MS * DAY_MS - 2 * DAY_MS
     day = time.strftime("%Y-%m-%d", time.gmtime(day_ms / 1000))
-    kafka.create_topic(topics[0], 1)
-    produce(kafka, topics[0], [(b"k", f"v{i}".encode(), []) for i in range(20)], timestamp=day_ms + 3_600_000)
-    produce(kafka, topics[0], [(b"k", b"next day", [])], timestamp=day_ms + DAY_MS + 3_600_000)
-    key = OffsetRange(topics[0], 0, 0, 21).key
+    kafka.create_topic(day_topic, 1)
+    produce(kafka, day_topic, [(b"k", f"v{i}".encode(), []) for i in range(20)], timestamp=day_ms + 3_600_000)
+    produce(kafka, day_topic, [(b"k", b"next day", [])], timestamp=day_ms + DAY_MS + 3_600_000)
+    key = OffsetRange(day_topic, 0, 0, 21).key
     run("dg", "launch", "--job", "eu_add_ranges",
-        "--config-json", json.dumps({"ops": {"eu_add_range_keys": {"config": {"topic": topics[0]}}}}))
+        "--config-json", json.dumps({"ops": {"eu_add_range_keys": {"config": {"topic": day_topic}}}}))
     run("dg", "launch", "--job", "eu_archive_ranges",
         "--config-json", json.dumps({"ops": {"eu_archive_batch": {"config": {"ranges": [key]}}}}))
-    swift = SwiftResource(auth_url=swift_server.auth_url, user=swift_server.user, key=swift_server.key,
-                          container=f"{container}-eu")
     with swift.store() as store:
-        assert check_archive(kafka, store, topics[0], "matos-archiver") == {0: 21}
+        assert check_archive(kafka, store, day_topic, "matos-archiver") == {0: 21}
     # The days sensor's evaluation (the daemon's, here one tick by hand) finds the day complete.
     run("dagster", "sensor", "preview", "eu_days", "-m", "shop.definitions")
-    run("dg", "launch", "--assets", f"eu/days_{asset},{asset}_of_the_day", "--partition", day)
+    run("dg", "launch", "--assets", f"eu/days_{day_topic},{day_topic}_of_the_day", "--partition", day)
     with DagsterInstance.from_config(str(home)) as instance:
-        (record,) = instance.fetch_materializations(AssetKey(f"{asset}_of_the_day"), limit=1).records
+        (record,) = instance.fetch_materializations(AssetKey(f"{day_topic}_of_the_day"), limit=1).records
     assert record.asset_materialization.partition == day
     assert record.asset_materialization.metadata["records"].value == 20
     print(f"user's project steps, seconds: {took}")

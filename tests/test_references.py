@@ -83,3 +83,38 @@ def test_the_metrics_page_is_the_generated_reference_of_every_metric_the_exporte
         assert m.name.startswith("matos_") and m.help, m.name
         assert m.name.endswith("_total") == (m.kind == "counter"), m.name
         assert not m.name.endswith(("_ms", "_s", "_milliseconds", "_kb")), m.name
+
+
+YOUR_PROJECT = PROJECT_ROOT / "docs" / "operations" / "your-project.md"
+
+
+def test_the_your_project_page_shows_the_scaffolded_yaml_the_attributes_and_the_jobs_as_generated():
+    """The YAML `dg scaffold defs` writes, the component's attributes (from its model) and the archive's
+    jobs with the op `--config-json` configures: `python -m matos_dagster.component_reference`."""
+    from matos_dagster import component_reference
+
+    page = YOUR_PROJECT.read_text()
+    for label, part in component_reference.PARTS.items():
+        documented = between(page, f"<!-- {label} (generated)", f"<!-- end of the {label}")
+        assert documented == part(), f"run `python -m matos_dagster.component_reference` and paste its {label}"
+
+
+def test_the_your_project_pages_launch_example_names_real_ops_and_keys_that_parse():
+    import json
+    import shlex
+
+    from matos_dagster import component_reference
+    from matos_dagster.core.offsets.ranges import parse_key
+
+    jobs = component_reference.jobs()
+    launches = re.findall(r"^dg launch (.*?)'$", YOUR_PROJECT.read_text().replace("\\\n", ""), flags=re.M)
+    assert len(launches) == 2
+    for launch in launches:
+        args = shlex.split(launch + "'")
+        job, config = args[args.index("--job") + 1], json.loads(args[args.index("--config-json") + 1])
+        ((op, body),) = config["ops"].items()
+        assert f"| `{job}` | `{op}` |" in jobs, (job, op)
+        for field in body["config"]:
+            assert f"`{field}`" in jobs.split(f"| `{job}` | `{op}` |")[1].split("\n")[0], (job, field)
+        for key in body["config"].get("ranges", []):
+            parse_key(key)

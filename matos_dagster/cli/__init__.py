@@ -2,10 +2,11 @@
 
 Every command checks its settings and arguments before anything reaches the network, and a
 refusal is one line that says what to change (exit status 2). Commands that archive, verify,
-restore, compact or load run the project's Dagster jobs in this process, recorded in the
-instance of $DAGSTER_HOME (default `<MATOS_DEVSTACK_DIR>/dagster`, the local stack's), so they
-show in the UI. The instance's storage is created once, under a lock (instance.py), whatever
-runs beside.
+restore, compact or load run the archive's Dagster jobs in this process, recorded in the
+instance of $DAGSTER_HOME (in the repository's development setup, default
+`<MATOS_DEVSTACK_DIR>/dagster`, the local stack's), so they show in the UI. The instance's storage
+is created once, under a lock (instance.py), whatever runs beside. The archive is the repository's
+own (definitions.py), or with `--archive NAME` one of the user's Dagster project (cli/archive.py).
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ EPILOG = """first steps:
   matos monitor demo              lag, gaps and loss per partition
   matos metrics                   the same for Prometheus, on :9464/metrics
 
+In your own Dagster project (the KafkaArchive component), from its folder:
+  matos --archive eu check        the archive named `eu` of the project's definitions
+
 Settings are MATOS_* environment variables; `python -m matos_dagster.core.settings` lists them."""
 
 
@@ -48,6 +52,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="also show the log of the libraries (librdkafka, once per kind of line)")
+    p.add_argument("--archive", metavar="NAME",
+                   help="the archive of this name in your Dagster project (the `name` of its KafkaArchive "
+                   "component), found from the project's folder; its connections are its resources'. "
+                   "Default: the archive of the MATOS_ settings and topics file")
+    p.add_argument("--module", metavar="MODULE",
+                   help="with --archive: the Python module of the definitions that hold it; default: the dg "
+                   "project's (its [tool.dg.project] root module's `definitions`)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def command(name: str, help: str, description: str, example: str, run) -> argparse.ArgumentParser:
@@ -141,14 +152,18 @@ def _instance(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from matos_dagster.cli import archive
+
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.CRITICAL,
                         format="%(levelname)s %(name)s: %(message)s")
+    archive.choose(args.archive, args.module)
     if args.command == "audit":  # outside Dagster: no instance; it says what is wrong itself
         return args.run(args)
     try:
         if args.command != "check":  # check reports bad settings itself, with the rest
-            settings.check()
+            # The connections are checked where the archive is loaded: a project's has its own.
+            settings.check(connections=False)
         if args.command == "instance" and args.repair:
             os.environ["DAGSTER_HOME"] = str(instance.default_home())
         else:

@@ -1,4 +1,5 @@
-"""`matos audit`: verify a topic's archive from outside Dagster, with the MATOS_* settings.
+"""`matos audit`: verify a topic's archive from outside Dagster, with the MATOS_* settings (or, with
+`matos --archive NAME`, with the resources of that archive of the user's project).
 
 The settings reach the resources as they reach Dagster's (EnvVar, resolved by the resource
 itself), built here from settings.py and topics.py: the command line imports no
@@ -49,10 +50,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      help="also compare N records a range with Kafka, while Kafka still has them")
     how.add_argument("--full", action="store_true", help="also compare every record with Kafka")
     where = parser.add_mutually_exclusive_group()
-    where.add_argument("--all", action="store_true",
+    # Spelled as `matos verify`'s options (its job's config): one spelling of each.
+    where.add_argument("--audit-all", action="store_true", dest="all",
                        help="audit every entry from each partition's first (lists the whole history), and "
                        "move the audit marks")
-    where.add_argument("--from", type=int, dest="from_offset", metavar="OFFSET",
+    where.add_argument("--from-offset", type=int, dest="from_offset", metavar="OFFSET",
                        help="audit each partition from OFFSET on (the marks move only if OFFSET is at or below them)")
     parser.add_argument("--incarnation", default=None, metavar="N|TOPIC_ID",
                         help="which log of the topic's name, when it was deleted and created again: its number (1 "
@@ -65,26 +67,43 @@ def run(args: argparse.Namespace, error=None) -> int:
     if args.sample < 0:
         error(f"--sample must be >= 0, got {args.sample}")
     if args.from_offset is not None and args.from_offset < 0:
-        error(f"--from must be an offset >= 0, got {args.from_offset}")
+        error(f"--from-offset must be an offset >= 0, got {args.from_offset}")
     since = EVERYTHING if args.all else FROM_MARK if args.from_offset is None else args.from_offset
-    try:
-        settings.check()  # a bad setting: one line naming it, before Kafka or Swift is asked
-        settings.apply_defaults()
-        cfgs = topics.load(os.environ["MATOS_TOPICS_FILE"], default_group=os.environ["MATOS_KAFKA_GROUP"])
-    except Exception as e:  # noqa: BLE001 - a broken topics file or setting is a usage error
-        print(f"verify: cannot load the settings: {e}", file=sys.stderr)
-        return 2
-    by_name = {t.name: t for t in cfgs}
-    if args.topic not in by_name:
-        print(f"verify: topic {args.topic!r} is not in the topics file ({os.environ['MATOS_TOPICS_FILE']}); "
-              f"it has {sorted(by_name)}", file=sys.stderr)
-        return 2
-    topic = by_name[args.topic]
-    try:
+    from matos_dagster.cli import archive
+
+    if archive.named():  # an archive of the user's project: its topics, its resources
+        try:
+            chosen = archive.current()
+        except Exception as e:  # noqa: BLE001 - no such archive, a project that does not load
+            print(f"verify: {e}", file=sys.stderr)
+            return 2
+        topic = chosen.topic_set.get(args.topic)
+        if topic is None:
+            print(f"verify: topic {args.topic!r} is not in {chosen.origin}; it has {chosen.topic_set.describe()}",
+                  file=sys.stderr)
+            return 2
+        connect = (lambda: chosen.resource("kafka").process_config_and_initialize(),
+                   lambda: chosen.resource("swift").process_config_and_initialize().params())
+    else:
+        try:
+            settings.check()  # a bad setting: one line naming it, before Kafka or Swift is asked
+            settings.apply_defaults()
+            cfgs = topics.load(os.environ["MATOS_TOPICS_FILE"], default_group=os.environ["MATOS_KAFKA_GROUP"])
+        except Exception as e:  # noqa: BLE001 - a broken topics file or setting is a usage error
+            print(f"verify: cannot load the settings: {e}", file=sys.stderr)
+            return 2
+        by_name = {t.name: t for t in cfgs}
+        if args.topic not in by_name:
+            print(f"verify: topic {args.topic!r} is not in the topics file ({os.environ['MATOS_TOPICS_FILE']}); "
+                  f"it has {sorted(by_name)}", file=sys.stderr)
+            return 2
+        topic = by_name[args.topic]
         from matos_dagster.resources import KafkaResource, SwiftResource
 
-        kafka = resource_from_env(KafkaResource, "MATOS_KAFKA_")
-        params = resource_from_env(SwiftResource, "MATOS_SWIFT_").params()
+        connect = (lambda: resource_from_env(KafkaResource, "MATOS_KAFKA_"),
+                   lambda: resource_from_env(SwiftResource, "MATOS_SWIFT_").params())
+    try:
+        kafka, params = connect[0](), connect[1]()
         # A plain Store, not swift.store(): verifying must not create a missing container.
         with Store(params) as store:
             report = verify_topic(kafka, store, layout.join(params.prefix, topic.prefix), topic,

@@ -30,7 +30,9 @@ def run(say: Callable[[str], None] = print) -> int:
 
 
 def parts() -> Iterator[tuple[str, str, str]]:
-    problems = settings.problems()
+    from matos_dagster.cli import archive
+
+    problems = settings.problems(connections=not archive.named())  # a project's archive has its own
     if problems:
         yield "settings", FAIL, "; ".join(problems)
         for part in ("topics", "kafka", "swift", "spark", "reader", "dagster"):
@@ -38,18 +40,17 @@ def parts() -> Iterator[tuple[str, str, str]]:
         return
     yield "settings", OK, "every MATOS_ setting is valid"
     try:
-        from matos_dagster import definitions
-    except Exception as e:  # noqa: BLE001 - a broken topics file names itself
+        chosen = archive.current()
+    except Exception as e:  # noqa: BLE001 - a broken topics file, or no such archive, names itself
         yield "topics", FAIL, str(e).splitlines()[0]
         for part in ("kafka", "swift", "spark", "reader", "dagster"):
-            yield part, SKIP, "the topics file must load first"
+            yield part, SKIP, "the topics must load first"
         return
-    topics = definitions.TOPIC_SET
-    yield "topics", OK, f"{settings.get('MATOS_TOPICS_FILE')}: {topics.describe()}"
-    resources = definitions.RESOURCES
-    yield _part("kafka", lambda: _kafka(resources["kafka"], topics))
-    yield _part("swift", lambda: _swift(resources["swift"]))
-    yield _part("spark", _spark)
+    topics = chosen.topic_set
+    yield "topics", OK, f"{chosen.origin}: {topics.describe()}"
+    yield _part("kafka", lambda: _kafka(chosen.resource("kafka"), topics))
+    yield _part("swift", lambda: _swift(chosen.resource("swift")))
+    yield _part("spark", lambda: _spark(chosen.resource("spark")))
     yield _part("reader", _reader)
     yield _part("dagster", _dagster)
 
@@ -106,13 +107,16 @@ def _swift(resource) -> str:
     return f"{params.auth_url} (auth v{params.auth_version}): container {store.container} writable (probe written, removed)"
 
 
-def _spark() -> str:
-    # From the setting itself: the resource cannot be built outside a run (it tears its session down).
-    master = settings.get("MATOS_SPARK_MASTER").strip()
+def _spark(resource) -> str:
+    from dagster import EnvVar
+
+    # Its setting resolved as a run resolves it (an EnvVar read now); no session is made.
+    master = resource.master.get_value() if isinstance(resource.master, EnvVar) else resource.master
+    master = (master or "").strip()
     if master.startswith("sc://"):
         from matos_dagster.resources.spark import _check_reachable
 
-        _check_reachable(master, timeout_s=float(settings.get("MATOS_KAFKA_TIMEOUT_S")))
+        _check_reachable(master, timeout_s=15.0)
         return f"Spark Connect server {master} answers"
     if master.startswith("local"):
         if not shutil.which("java") and not _java_home():

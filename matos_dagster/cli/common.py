@@ -44,23 +44,27 @@ def failure(result) -> str:
 
 
 def run_job(job: str, op: str, config: dict) -> tuple[Any, Any]:
-    """Run one of the project's jobs in this process: (the op's output, the result); Refused if it fails."""
+    """Run one of the archive's jobs in this process (`job`, `op`: their base names): (the op's output,
+    the result); Refused if it fails."""
     from dagster import DagsterInstance
 
-    from matos_dagster import definitions
+    from matos_dagster.cli import archive
+    chosen = archive.current()
     with DagsterInstance.get() as instance:
-        result = definitions.defs.resolve_job_def(job).execute_in_process(
-            run_config={"ops": {op: {"config": config}}, **quiet()}, instance=instance, raise_on_error=False
+        result = chosen.job(job).execute_in_process(
+            run_config={"ops": {chosen.op(op): {"config": config}}, **quiet()}, instance=instance, raise_on_error=False
         )
     if not result.success:
         raise Refused(failure(result))
-    return result.output_for_node(op), result
+    return result.output_for_node(chosen.op(op)), result
 
 
 def output_metadata(result, op: str) -> dict[str, Any]:
-    """The plain values (numbers, text, flags) of the op's output metadata."""
+    """The plain values (numbers, text, flags) of the op's output metadata (`op`: its base name)."""
+    from matos_dagster.cli import archive
+
     out = {}
-    for event in result.events_for_node(op):
+    for event in result.events_for_node(archive.current().op(op)):
         if event.is_successful_output:
             for name, value in event.step_output_data.metadata.items():
                 if isinstance(getattr(value, "value", None), (int, float, str, bool)):
@@ -69,12 +73,12 @@ def output_metadata(result, op: str) -> dict[str, Any]:
 
 
 def topic_of(name: str):
-    """The topics file's entry for `name`; Refused (before anything reaches the network) if none."""
-    from matos_dagster import definitions
-    from matos_dagster.core import settings
+    """The archive's entry for topic `name`; Refused (before anything reaches the network) if none."""
+    from matos_dagster.cli import archive
     from matos_dagster.core.topic_set import not_found
 
-    topic = definitions.TOPIC_SET.get(name)
+    chosen = archive.current()
+    topic = chosen.topic_set.get(name)
     if topic is None:
-        raise Refused(not_found(definitions.TOPIC_SET, name, settings.get("MATOS_TOPICS_FILE")))
+        raise Refused(not_found(chosen.topic_set, name).replace("the topics file", chosen.origin, 1))
     return topic

@@ -169,12 +169,13 @@ def monitor(args: argparse.Namespace) -> int:
     """The monitor check of a topic, now: its status and a line per partition."""
     from dagster import DagsterInstance
 
-    from matos_dagster import definitions
     from matos_dagster.assets.monitor import MONITOR_JOB, check_key
+    from matos_dagster.cli import archive
     from matos_dagster.cli.common import failure, quiet
 
     topic = topic_of(args.topic)
-    job = definitions.defs.resolve_job_def(MONITOR_JOB).get_subset(asset_check_selection={check_key(topic)})
+    chosen = archive.current()
+    job = chosen.job(MONITOR_JOB).get_subset(asset_check_selection={check_key(topic, chosen.names)})
     with DagsterInstance.get() as instance:
         result = job.execute_in_process(run_config=quiet(), instance=instance, raise_on_error=False)
     evaluations = result.get_asset_check_evaluations()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from matos_dagster.cli.archive import arguments as archive_arguments
 from matos_dagster.cli.common import Refused, command, failure, quiet, run_job, topic_of
 from matos_dagster.core.archive import loss
 
@@ -29,7 +30,7 @@ def add_ranges(args: argparse.Namespace) -> int:
     for key in keys:
         print(f"added {key}")
     if keys:
-        print(f"archive {'it' if len(keys) == 1 else 'them'} with:\n  {command('archive', *keys)}")
+        print(f"archive {'it' if len(keys) == 1 else 'them'} with:\n  {command(*archive_arguments(), 'archive', *keys)}")
     return 0
 
 
@@ -37,23 +38,25 @@ def backfill(args: argparse.Namespace) -> int:
     """add-ranges, then ONE backfill of the keys it added, run by the daemon (jobs/backfill.py)."""
     from dagster import DagsterInstance
 
-    from matos_dagster import definitions
+    from matos_dagster.cli import archive as chosen_archive
     from matos_dagster.jobs import backfill as bf
 
     topic = topic_of(args.topic)  # before any run is recorded: a refusal changes nothing
+    chosen = chosen_archive.current()
     _offsets(args)
     with DagsterInstance.get() as instance:
         daemon = bf.daemon_running(instance)
         if args.wait and not daemon:
             raise Refused(f"no Dagster daemon runs for the instance in {instance.root_directory}, so the backfill "
                           "would never start; start one (make run, or dg dev) and run this again")
-        result = definitions.defs.resolve_job_def(bf.JOB).execute_in_process(
-            run_config={"ops": {"add_range_keys": {"config": {"topic": topic.name, "partition": args.partition}}},
+        result = chosen.job(bf.JOB).execute_in_process(
+            run_config={"ops": {chosen.op("add_range_keys"): {"config": {"topic": topic.name,
+                                                                         "partition": args.partition}}},
                         **quiet()}, instance=instance, raise_on_error=False)
         if not result.success:
             raise Refused(failure(result))
-        keys = result.output_for_node("add_range_keys")
-        backfill_id = result.output_for_node(bf.OP)
+        keys = result.output_for_node(chosen.op("add_range_keys"))
+        backfill_id = result.output_for_node(chosen.op(bf.OP))
         if not keys:
             print(f"nothing pending in {topic.name}: no backfill")
             return 0
@@ -65,7 +68,7 @@ def backfill(args: argparse.Namespace) -> int:
         if not args.wait:
             return 0
         status = bf.wait(instance, backfill_id)
-        done = bf.outcomes(instance, backfill_id, topic, keys)
+        done = bf.outcomes(instance, backfill_id, topic, keys, chosen.names)
         for o in done:
             if o.records is not None:
                 print(f"archived {o.key}: {o.records} records (run {o.run_id})")
@@ -89,10 +92,13 @@ def acknowledge_loss(args: argparse.Namespace) -> int:
 def archive(args: argparse.Namespace) -> int:
     from dagster import DagsterInstance, materialize
 
-    from matos_dagster import definitions
     from matos_dagster.assets.archive import archive_asset
     from matos_dagster.assets.monitor import CHECK_NAME, monitor_check
+    from matos_dagster.cli import archive as chosen_archive
     from matos_dagster.core.offsets.ranges import parse_key
+
+    chosen = chosen_archive.current()
+    names = chosen.names
 
     ranges = []
     for key in args.keys:  # every key is checked before any is archived
@@ -104,20 +110,21 @@ def archive(args: argparse.Namespace) -> int:
     failed = 0
     with DagsterInstance.get() as instance:
         for r, topic in ranges:
-            if not instance.has_dynamic_partition(topic.partitions_name, r.key):
+            if not instance.has_dynamic_partition(names.partitions(topic), r.key):
                 raise Refused(f"{r.key} is not a range of {topic.asset_name} yet; add it first with:\n  "
-                              + command("add-ranges", r.topic, "--partition", str(r.partition),
+                              + command(*archive_arguments(), "add-ranges", r.topic, "--partition", str(r.partition),
                                         "--start", str(r.start), "--end", str(r.end)))
         if args.one_run:
             return _one_run(instance, [r for r, _ in ranges])
         for r, topic in sorted(ranges, key=lambda rt: rt[0]):
-            result = materialize([archive_asset(topic), monitor_check(topic)], partition_key=r.key, instance=instance,
-                                 resources=definitions.RESOURCES, run_config=quiet(), raise_on_error=False)
+            result = materialize([archive_asset(topic, names, chosen.group), monitor_check(topic, names)],
+                                 partition_key=r.key, instance=instance, resources=chosen.resources, run_config=quiet(),
+                                 raise_on_error=False)
             if not result.success:
                 print(f"{r.key}: not archived (run {result.run_id}): {failure(result)}", file=sys.stderr)
                 failed += 1
                 continue
-            (mat,) = result.asset_materializations_for_node(topic.asset_name)
+            (mat,) = result.asset_materializations_for_node(names.asset_key(topic).to_python_identifier())
             meta = mat.metadata
             how = "verified, already archived" if meta["verified_existing_archive"].value else "archived"
             print(f"{how} {r.key}: {meta['records'].value} records, {meta['objects'].value} object(s) "
@@ -134,12 +141,13 @@ def archive(args: argparse.Namespace) -> int:
 
 def _one_run(instance, ranges) -> int:
     """`archive --one-run`: the keys in one run of archive_ranges; each archived key printed, 1 if one was not."""
-    from matos_dagster import definitions
-    from matos_dagster.jobs.archive_ranges import JOB, ranges_config
+    from matos_dagster.cli import archive
+    from matos_dagster.jobs.archive_ranges import BATCH_OP, JOB, ranges_config
 
-    result = definitions.defs.resolve_job_def(JOB).execute_in_process(
-        run_config={**ranges_config(ranges), **quiet()}, instance=instance, raise_on_error=False)
-    for m in result.asset_materializations_for_node("archive_batch"):
+    chosen = archive.current()
+    result = chosen.job(JOB).execute_in_process(
+        run_config={**ranges_config(ranges, chosen.names), **quiet()}, instance=instance, raise_on_error=False)
+    for m in result.asset_materializations_for_node(chosen.op(BATCH_OP)):
         meta = m.metadata
         how = "verified, already archived" if meta["verified_existing_archive"].value else "archived"
         print(f"{how} {m.partition}: {meta['records'].value} records, {meta['objects'].value} object(s) "
@@ -153,20 +161,21 @@ def _one_run(instance, ranges) -> int:
 def remove_key(args: argparse.Namespace) -> int:
     from dagster import DagsterInstance
 
-    from matos_dagster import definitions
+    from matos_dagster.cli import archive
     from matos_dagster.core.offsets.ranges import MalformedKey, parse_key
 
+    chosen = archive.current()
     with DagsterInstance.get() as instance:
         for key in args.keys:
             try:
-                named = definitions.TOPIC_SET.get(parse_key(key).topic)
+                named = chosen.topic_set.get(parse_key(key).topic)
             except MalformedKey:
                 named = None
-            candidates = [named] if named is not None else definitions.TOPICS
-            owners = [t for t in candidates if instance.has_dynamic_partition(t.partitions_name, key)]
+            candidates = [named] if named is not None else chosen.topics
+            owners = [t for t in candidates if instance.has_dynamic_partition(chosen.names.partitions(t), key)]
             if not owners:
                 raise Refused(f"no archive asset has the partition key {key!r}; nothing removed")
             for t in owners:
-                instance.delete_dynamic_partition(t.partitions_name, key)
+                instance.delete_dynamic_partition(chosen.names.partitions(t), key)
                 print(f"removed {key!r} from {t.asset_name} (what is archived in Swift stays as it is)")
     return 0

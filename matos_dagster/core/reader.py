@@ -225,7 +225,7 @@ def read_object(store: Store, name: str, fmt: str) -> pa.Table:
     if data is None:
         raise FileNotFoundError(
             f"object {name} is listed in a manifest but missing from Swift container {store.container!r}: the "
-            "archive is damaged there (`matos audit --all` lists every such object)"
+            "archive is damaged there (`matos verify <topic> --audit-all` lists every such object)"
         )
     return decode(data, fmt)
 

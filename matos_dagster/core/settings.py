@@ -3,9 +3,14 @@
 One table, the only source: the configuration reference in the documentation is generated
 from it (`python -m matos_dagster.core.settings`), and a test fails when the two differ or when
 the code reads a `MATOS_` variable that is not here. Each setting's kind checks its value
-before anything touches the network, so a bad one is refused in one line naming it. The
-defaults point at the local stack, so `dg dev` runs with no configuration at all. No Dagster
-imports: Spark workers and the local stack read this too.
+before anything touches the network, so a bad one is refused in one line naming it.
+
+The connections (Kafka's brokers, Swift's endpoint and credentials, the Spark master, the topics
+file) have no default in a library: unset, they are refused in one line naming them. Only the
+repository's development setup (MATOS_DEV=true: the Makefile exports it, the tests and the dev
+tooling set it) defaults them to the local stack, whose state lives in the checkout's `.devstack`;
+installed with pip, nothing is written under the package. No Dagster imports: Spark workers and
+the local stack read this too.
 """
 
 from __future__ import annotations
@@ -39,13 +44,27 @@ class Setting:
     kind: object = Text()
     secret: bool = False
     group: str = PRODUCT
+    dev: str | None = None  # the default of the repository's development setup (MATOS_DEV=true), if another
+
+
+DEV = "MATOS_DEV"
+# The connections a library cannot guess: outside the development setup, unset is refused.
+CONNECTIONS = {
+    "MATOS_KAFKA_BOOTSTRAP_SERVERS": "your Kafka brokers, `host:port[,host:port]`",
+    "MATOS_SWIFT_AUTH_URL": "your Swift auth URL (v1) or Keystone URL (v3)",
+    "MATOS_SWIFT_USER": "your Swift user (v1: `account:user`)",
+    "MATOS_SWIFT_KEY": "your Swift key (v1) or password",
+    "MATOS_SPARK_MASTER": "a Spark Connect server `sc://host:port`, or `local[*]`",
+    "MATOS_TOPICS_FILE": "the YAML file of the topics to archive",
+}
 
 
 PORT = Whole(least=1, most=65535)
 
 SETTINGS: tuple[Setting, ...] = (
     # Kafka
-    Setting("MATOS_KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092", "Kafka brokers, `host:port[,host:port]`.", kind=Servers()),
+    Setting("MATOS_KAFKA_BOOTSTRAP_SERVERS", "", "Kafka brokers, `host:port[,host:port]`.", kind=Servers(),
+            dev="127.0.0.1:9092"),
     Setting("MATOS_KAFKA_SECURITY_PROTOCOL", "PLAINTEXT", "`PLAINTEXT`, `SSL` or `SASL_SSL`.", kind=Choice(("PLAINTEXT", "SSL", "SASL_SSL"))),
     Setting("MATOS_KAFKA_SASL_MECHANISM", "PLAIN",
             "`PLAIN` (IBM Message Hub / Event Streams: user `token`, password the API key), "
@@ -59,10 +78,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("MATOS_KAFKA_TIMEOUT_S", "15", "Seconds to wait for an answer from Kafka before failing.", kind=Whole(unit="seconds")),
     # Swift
     Setting("MATOS_SWIFT_AUTH_VERSION", "1", "`1` (tempauth, swauth) or `3` (Keystone v3).", kind=Choice(("1", "3"))),
-    Setting("MATOS_SWIFT_AUTH_URL", "http://127.0.0.1:8080/auth/v1.0", "Swift auth endpoint (v1) or Keystone URL (v3).", kind=Url()),
-    Setting("MATOS_SWIFT_USER", "test:tester",
-            "v1 user (`account:user`); Keystone v3: the user name (with MATOS_SWIFT_DOMAIN) if there is no user id."),
-    Setting("MATOS_SWIFT_KEY", "testing", "v1 key, or the Keystone v3 password.", secret=True),
+    Setting("MATOS_SWIFT_AUTH_URL", "", "Swift auth endpoint (v1) or Keystone URL (v3).", kind=Url(),
+            dev="http://127.0.0.1:8080/auth/v1.0"),
+    Setting("MATOS_SWIFT_USER", "",
+            "v1 user (`account:user`); Keystone v3: the user name (with MATOS_SWIFT_DOMAIN) if there is no user id.",
+            dev="test:tester"),
+    Setting("MATOS_SWIFT_KEY", "", "v1 key, or the Keystone v3 password.", secret=True, dev="testing"),
     Setting("MATOS_SWIFT_USER_ID", "", "Keystone v3 user id."),
     Setting("MATOS_SWIFT_PROJECT_ID", "", "Keystone v3 project id."),
     Setting("MATOS_SWIFT_PROJECT_NAME", "", "Keystone v3 project name, instead of the project id."),
@@ -83,9 +104,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("MATOS_SWIFT_RETRIES", "5", "Retries of a failed Swift request (with back-off) before failing.", kind=Whole(least=0)),
     Setting("MATOS_SWIFT_TIMEOUT_S", "60", "Seconds to wait for one Swift request.", kind=Whole(unit="seconds")),
     # Spark
-    Setting("MATOS_SPARK_MASTER", "sc://127.0.0.1:15002",
+    Setting("MATOS_SPARK_MASTER", "",
             "A Spark Connect server (`sc://host:port`; the local stack runs one), or a `spark.master` for a "
-            "driver per run: `local[*]`, `spark://host:7077`.", kind=SparkMaster()),
+            "driver per run: `local[*]`, `spark://host:7077`.", kind=SparkMaster(), dev="sc://127.0.0.1:15002"),
     Setting("MATOS_SPARK_CONF", "",
             "More Spark settings, `key=value` pairs separated by `;` "
             "(e.g. `spark.executor.memory=2g;spark.ui.enabled=false`). A driver of the run's own (`local[*]`, "
@@ -95,7 +116,8 @@ SETTINGS: tuple[Setting, ...] = (
             "`false`: slice tasks read with the Python reader even where the native one is built (both write "
             "the same bytes). Read by the Spark tasks: set it where they run.", kind=FLAG),
     # Archive
-    Setting("MATOS_TOPICS_FILE", str(PROJECT_ROOT / "topics.yaml"), "YAML file of the topics to archive.", kind=File()),
+    Setting("MATOS_TOPICS_FILE", "", "YAML file of the topics to archive.", kind=File(),
+            dev=str(PROJECT_ROOT / "topics.yaml")),
     Setting("MATOS_SENSOR_INTERVAL_S", "30", "Seconds between two ticks of the lag, monitor and days sensors.", kind=Whole(unit="seconds")),
     Setting("MATOS_RUN_MAX_RANGES", "1000", "Ranges one `archive_ranges` run carries at most: a tick with more due requests more runs.", kind=Whole(unit="ranges")),
     Setting("MATOS_HEARTBEAT_S", "15",
@@ -142,7 +164,8 @@ SETTINGS: tuple[Setting, ...] = (
             "`true`: each archive run adds its range's Parquet objects to the topic's Iceberg table.", kind=FLAG),
     Setting("MATOS_ICEBERG_CATALOG", "",
             "pyiceberg catalog properties, `key=value` pairs separated by `;` (e.g. `type=rest;uri=https://...`); "
-            "empty: an embedded sqlite SqlCatalog, `<MATOS_DEVSTACK_DIR>/iceberg/catalog.db`.", secret=True, kind=Pairs()),
+            "empty: in the development setup an embedded sqlite SqlCatalog, `<MATOS_DEVSTACK_DIR>/iceberg/catalog.db`; "
+            "elsewhere it must be set when MATOS_ICEBERG_TABLES is true.", secret=True, kind=Pairs()),
     Setting("MATOS_ICEBERG_NAMESPACE", "", "Catalog namespace of the tables (one per topic); empty: the container's name."),
     # Forgetting (docs/operations/forgetting.md)
     Setting("MATOS_ERASURE_KEY", "",
@@ -158,11 +181,17 @@ SETTINGS: tuple[Setting, ...] = (
             "Finished runs kept per job (the newest), with their event logs and compute logs; older ones are deleted "
             "(not the newest successful run of each day or hour: it holds that window's materialisation).", kind=Whole()),
     Setting("MATOS_KEEP_FAILED_RUNS_DAYS", "14", "Days a failed run is kept for an operator, beyond MATOS_KEEP_RUNS.", kind=Number(unit="days")),
+    Setting(DEV, "false",
+            "`true` in the repository's development setup only (the Makefile exports it; the tests and the dev "
+            "tooling set it): the connections then default to the local stack, and the Dagster instance and "
+            "the Iceberg catalog to MATOS_DEVSTACK_DIR. Elsewhere an unset connection is refused, naming it.",
+            kind=FLAG),
     # Local stack
-    Setting("MATOS_DEVSTACK_DIR", str(PROJECT_ROOT / ".devstack"),
-            "Where the local stack keeps its data, logs and downloads. The product reads it too: the Dagster "
-            "instance is `<MATOS_DEVSTACK_DIR>/dagster` when DAGSTER_HOME is unset, and the Iceberg catalog "
-            "`<MATOS_DEVSTACK_DIR>/iceberg/catalog.db` when MATOS_ICEBERG_CATALOG is empty.", group=LOCAL_STACK),
+    Setting("MATOS_DEVSTACK_DIR", "",
+            "Where the local stack keeps its data, logs and downloads. In the development setup the product "
+            "reads it too: the Dagster instance is `<MATOS_DEVSTACK_DIR>/dagster` when DAGSTER_HOME is unset, "
+            "and the Iceberg catalog `<MATOS_DEVSTACK_DIR>/iceberg/catalog.db` when MATOS_ICEBERG_CATALOG is "
+            "empty.", group=LOCAL_STACK, dev=str(PROJECT_ROOT / ".devstack")),
     Setting("MATOS_DEVSTACK_CACHE", "",
             "Download cache of the local stack (Kafka jars, Swift venv); empty: `<MATOS_DEVSTACK_DIR>/cache`.", group=LOCAL_STACK),
     Setting("MATOS_DEVSTACK_KAFKA_PORT", "9092", "Port of the local Kafka broker.", kind=PORT, group=LOCAL_STACK),
@@ -187,9 +216,28 @@ BY_NAME = {s.name: s for s in SETTINGS}
 TEST_HOOKS = ("MATOS_FAULT",)
 
 
+def development(environ: dict[str, str] | None = None) -> bool:
+    """Whether this is the repository's development setup (MATOS_DEV=true), where the local stack is the default."""
+    return (os.environ if environ is None else environ).get(DEV, "").strip() == "true"
+
+
+def default(s: Setting, environ: dict[str, str] | None = None) -> str:
+    """The setting's default here: the development setup's, if it has one and this is that setup."""
+    return s.dev if s.dev is not None and development(environ) else s.default
+
+
 def get(name: str) -> str:
     """The setting's value: its environment variable if set, else its default."""
-    return os.environ.get(name, BY_NAME[name].default)
+    return os.environ.get(name, default(BY_NAME[name]))
+
+
+def missing(environ: dict[str, str] | None = None) -> list[str]:
+    """One line per connection setting that is not set and has no default here (outside the development setup)."""
+    env = os.environ if environ is None else environ
+    needed = [n for n in CONNECTIONS if not env.get(n, default(BY_NAME[n], env)).strip()]
+    if env.get("MATOS_SWIFT_AUTH_VERSION", "1") == "3":  # Keystone v3: ids, names or an application credential
+        needed = [n for n in needed if n not in ("MATOS_SWIFT_USER", "MATOS_SWIFT_KEY")]
+    return [f"{n} is not set: set it to {CONNECTIONS[n]}" for n in needed]
 
 
 def flag(name: str) -> bool:
@@ -210,16 +258,20 @@ def _problem(s: Setting, value: str) -> str | None:
     return None
 
 
-def problems(environ: dict[str, str] | None = None, group: str = PRODUCT) -> list[str]:
-    """One line per setting of `group` whose value (set, or its default) its kind refuses."""
+def problems(environ: dict[str, str] | None = None, group: str = PRODUCT, connections: bool = True) -> list[str]:
+    """One line per setting of `group` whose value (set, or its default) its kind refuses, and with
+    `connections`, per connection setting that is missing (`missing`). Without, an unset connection
+    setting is not looked at: an archive of a project of one's own has its connections in its resources."""
     env = os.environ if environ is None else environ
-    found = [_problem(s, env.get(s.name, s.default)) for s in SETTINGS if s.group == group]
-    return [p for p in found if p]
+    lacking = missing(env) if group == PRODUCT else []
+    unset = {line.split(" ", 1)[0] for line in lacking}
+    found = [_problem(s, env.get(s.name, default(s, env))) for s in SETTINGS if s.group == group and s.name not in unset]
+    return (lacking if connections else []) + [p for p in found if p]
 
 
-def check(environ: dict[str, str] | None = None, group: str = PRODUCT) -> None:
+def check(environ: dict[str, str] | None = None, group: str = PRODUCT, connections: bool = True) -> None:
     """SettingError, one line per bad setting, before anything reaches the network."""
-    found = problems(environ, group)
+    found = problems(environ, group, connections)
     if found:
         raise SettingError("\n".join(found))
 
@@ -233,7 +285,7 @@ def apply_defaults(environ: dict[str, str] | None = None) -> None:
     """
     env = os.environ if environ is None else environ
     for s in SETTINGS:
-        env.setdefault(s.name, s.default)
+        env.setdefault(s.name, default(s, env))
 
 
 def markdown_table(group: str = PRODUCT) -> str:
@@ -241,8 +293,9 @@ def markdown_table(group: str = PRODUCT) -> str:
     for s in SETTINGS:
         if s.group != group:
             continue
-        default = s.default.replace(str(PROJECT_ROOT), "<project>")
-        shown = f"`{default}`" if default else "(empty)"
+        shown = f"`{s.default}`" if s.default else ("(required)" if s.name in CONNECTIONS else "(empty)")
+        if s.dev is not None:
+            shown += f"; development: `{s.dev.replace(str(PROJECT_ROOT), '<project>')}`"
         takes = s.kind.takes.replace("|", "\\|")
         rows.append(f"| `{s.name}` | {shown} | {takes} | {s.help}{' Secret.' if s.secret else ''} |")
     return "\n".join(rows)
@@ -252,8 +305,9 @@ def reference() -> str:
     """The settings reference of the documentation, exactly (a test compares them)."""
     return (f"### The product's settings\n\n{markdown_table(PRODUCT)}\n\n"
             f"### The local stack's settings\n\nRead by `make up` / `python -m matos_dev.stack`; "
-            f"`MATOS_DEVSTACK_DIR` is also where the product falls back to for the Dagster instance and the "
-            f"Iceberg catalog (below). In production set DAGSTER_HOME and MATOS_ICEBERG_CATALOG instead.\n\n"
+            f"in the development setup (MATOS_DEV=true), `MATOS_DEVSTACK_DIR` is also where the product falls back "
+            f"to for the Dagster instance and the Iceberg catalog. Elsewhere set DAGSTER_HOME and "
+            f"MATOS_ICEBERG_CATALOG.\n\n"
             f"{markdown_table(LOCAL_STACK)}\n")
 
 

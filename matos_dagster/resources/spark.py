@@ -72,7 +72,29 @@ def _check_reachable(url: str, timeout_s: float = 5.0) -> None:
 
 
 class SparkResource(ConfigurableResource):
-    """A Spark session: a driver of its own (`local[*]`, `spark://host:7077`) or a Spark Connect client (`sc://`)."""
+    """Where the archive's Spark tasks run: a Spark Connect server, or a Spark driver of each run.
+
+    `master` is a Spark Connect server (`sc://host:15002`: each run is a thin client of a
+    long-lived Spark, which saves a driver's start on every run) or a `spark.master` (`local[*]`,
+    `spark://host:7077`: each run starts its own driver JVM, which needs Java 17). The archive's
+    tasks run the same way on both, and read Kafka and write Swift themselves: the Spark workers
+    need matos-dagster installed. The session is made only when a run first uses it.
+
+    ```python
+    from matos_dagster.resources import SparkResource
+
+    spark = SparkResource(master="sc://spark.example:15002")
+    local = SparkResource(master="local[*]", conf="spark.driver.memory=1g")
+    ```
+
+    Attributes:
+        master: A Spark Connect server, `sc://host:port`, or a `spark.master` (`local[*]`,
+            `spark://host:7077`).
+        conf: More Spark settings, `key=value` pairs separated by `;` (in a component's
+            `defs.yaml`, a mapping too). A driver of the run's own defaults to a small heap (it
+            only coordinates). Never put secrets here: Spark shows its settings in its UI and
+            event log.
+    """
 
     master: str = Field(
         default="local[*]",

@@ -11,7 +11,50 @@ from matos_dagster.core.swift.store import Store, SwiftParams
 
 
 class SwiftResource(ConfigurableResource):
-    """A Swift container the archive is written to."""
+    """The OpenStack Swift container the archive is written to, and read from.
+
+    Auth v1 (tempauth, swauth: `user` and `key`) or Keystone v3 (`auth_version="3"`: a user id, or a
+    user name with its domain, and a project; or an application credential). Each field is the
+    `MATOS_SWIFT_*` setting of its name; pass secrets as `EnvVar`s. A program of your own reads the
+    archive through it:
+
+    ```python
+    from dagster import EnvVar
+    from matos_dagster.core.reader import read_table
+    from matos_dagster.resources import SwiftResource
+
+    swift = SwiftResource(auth_url="https://swift.example/auth/v1.0", user="account:user",
+                          key=EnvVar("SWIFT_KEY"), container="matos-archive")
+    records = read_table(swift.params(), swift.prefix, "orders")   # the params of a connection
+    with swift.store() as store:                                   # or an open container
+        ...
+    ```
+
+    The first archive run creates a missing container (private). Keys, passwords and secrets
+    never appear in the resource's `repr`.
+
+    Attributes:
+        auth_version: `1` (tempauth, swauth) or `3` (Keystone v3).
+        auth_url: The auth endpoint (v1, e.g. `https://swift.example/auth/v1.0`) or the Keystone URL (v3).
+        user: v1: `account:user`; Keystone v3: the user name (with `domain`) if there is no `user_id`.
+        key: v1: the key; Keystone v3: the password.
+        user_id: Keystone v3 user id.
+        project_id: Keystone v3 project id.
+        region: Keystone v3 region of the object-store endpoint; empty: the first one.
+        domain: Keystone v3 user domain name.
+        project_name: Keystone v3 project name, instead of `project_id`.
+        project_domain: Keystone v3 domain of `project_name`; empty: `domain`.
+        app_credential_id: Keystone v3 application credential id; set, it replaces user, password and project.
+        app_credential_secret: The application credential's secret.
+        interface: Keystone v3 interface of the object-store endpoint: `public`, `internal` or `admin`.
+        container: The container of the archive.
+        prefix: The prefix in front of every object name (`kafka`): what the reading functions call `prefix`.
+        verify_tls: `true` or `false` (a string, as an `EnvVar` gives it): verify Swift's certificate;
+            `false` only with a warning.
+        ca_file: PEM file of the CA for Swift's certificate; empty: the system's CAs.
+        retries: Retries of a failed request, with back-off, before failing.
+        timeout_s: Seconds to wait for one request.
+    """
 
     auth_version: str = Field(
         default="1", description="`1` for tempauth/swauth, `3` for Keystone v3 (MATOS_SWIFT_AUTH_VERSION)."

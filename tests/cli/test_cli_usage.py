@@ -94,7 +94,7 @@ def listening():
 def offline(tmp_path, bootstrap: str, **settings: str) -> dict:
     (tmp_path / "topics.yaml").write_text("topics:\n  - name: demo\n")
     home = new_instance(tmp_path / "dagster_home")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MATOS_") or k == "MATOS_DEVSTACK_DIR"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MATOS_") or k in ("MATOS_DEVSTACK_DIR", "MATOS_DEV")}
     return {**env, "DAGSTER_HOME": str(home), "MATOS_TOPICS_FILE": str(tmp_path / "topics.yaml"),
             "MATOS_KAFKA_BOOTSTRAP_SERVERS": bootstrap, **settings}
 

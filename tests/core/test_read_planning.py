@@ -183,8 +183,8 @@ def test_an_object_missing_from_swift_is_a_clear_error_naming_it(store):
     with pytest.raises(FileNotFoundError) as e:
         read_table(store, "kafka", TOPIC)
     assert str(e.value) == (f"object {gone} is listed in a manifest but missing from Swift container "
-                            f"{store.container!r}: the archive is damaged there (`matos audit "
-                            "--all` lists every such object)")
+                            f"{store.container!r}: the archive is damaged there (`matos verify <topic> "
+                            "--audit-all` lists every such object)")
 
 
 def test_an_acknowledged_loss_is_skipped_with_a_note(store):

@@ -50,7 +50,33 @@ def test_the_local_stack_settings_are_apart_from_the_product_ones():
 
 
 def test_every_default_is_valid():
-    assert settings.problems({}) == [] and settings.problems({}, settings.LOCAL_STACK) == []
+    dev = {"MATOS_DEV": "true"}
+    assert settings.problems(dev) == [] and settings.problems(dev, settings.LOCAL_STACK) == []
+
+
+def test_outside_the_development_setup_an_unset_connection_is_one_line_naming_it_and_nothing_points_at_localhost():
+    assert settings.problems({}) == [f"{name} is not set: set it to {what}" for name, what in settings.CONNECTIONS.items()]
+    # Keystone v3 takes ids or an application credential instead of the v1 user and key.
+    assert not [p for p in settings.problems({"MATOS_SWIFT_AUTH_VERSION": "3"}) if "MATOS_SWIFT_USER" in p]
+    # A project's archive has its connections in its resources: they are not asked for then.
+    assert settings.problems({}, connections=False) == []
+    for s in settings.SETTINGS:
+        assert "127.0.0.1" not in s.default and str(settings.PROJECT_ROOT) not in s.default, s.name
+
+
+def test_outside_the_development_setup_no_dagster_home_or_iceberg_catalog_is_made_under_the_package(monkeypatch):
+    from matos_dagster import instance
+    from matos_dagster.core.iceberg import access
+    from matos_dagster.core.iceberg.plan import TableError
+
+    monkeypatch.delenv("MATOS_DEV")
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    monkeypatch.delenv("MATOS_DEVSTACK_DIR", raising=False)
+    monkeypatch.delenv("MATOS_ICEBERG_CATALOG", raising=False)
+    with pytest.raises(instance.InstanceError, match="^DAGSTER_HOME is not set: set it to "):
+        instance.default_home()
+    with pytest.raises(TableError, match="^MATOS_ICEBERG_CATALOG is not set: set it to "):
+        access.catalog_properties()
 
 
 SWITCHES = [s.name for s in settings.SETTINGS if s.kind == settings.FLAG]
@@ -59,8 +85,8 @@ SWITCHES = [s.name for s in settings.SETTINGS if s.kind == settings.FLAG]
 @pytest.mark.parametrize("name", SWITCHES)
 @pytest.mark.parametrize("spelling", ["0", "1", "yes", "off", "True "])
 def test_a_switch_takes_true_or_false_and_nothing_else(name, spelling):
-    assert settings.problems({name: spelling}) == [f"{name} is {spelling!r}: it takes one of true, false"]
-    assert settings.problems({name: "true"}) == settings.problems({name: "false"}) == []
+    assert settings.problems({name: spelling}, connections=False) == [f"{name} is {spelling!r}: it takes one of true, false"]
+    assert settings.problems({name: "true"}, connections=False) == settings.problems({name: "false"}, connections=False) == []
 
 
 BAD = [
@@ -82,10 +108,10 @@ BAD = [
 
 @pytest.mark.parametrize("name,value,takes", BAD, ids=[f"{n}={v}" for n, v, _ in BAD])
 def test_a_bad_value_is_one_line_naming_the_setting_and_what_it_takes(name, value, takes):
-    (problem,) = settings.problems({name: value})
+    (problem,) = settings.problems({name: value}, connections=False)
     assert problem.startswith(f"{name} is {value!r}: it takes {takes}")
 
 
 def test_a_secret_is_never_shown_in_a_refusal():
-    (problem,) = settings.problems({"MATOS_ICEBERG_CATALOG": "type=rest;s3.secret-access-key"})
+    (problem,) = settings.problems({"MATOS_ICEBERG_CATALOG": "type=rest;s3.secret-access-key"}, connections=False)
     assert problem == "MATOS_ICEBERG_CATALOG is (hidden): it takes `key=value` pairs separated by `;`"

@@ -212,7 +212,7 @@ def test_a_cli_archive_through_keystone_leaves_no_password_secret_or_token_anywh
     event_logs = tmp_path / "spark-events"
     event_logs.mkdir()
     base = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("MATOS_") or k == "MATOS_DEVSTACK_DIR"},
+        **{k: v for k, v in os.environ.items() if not k.startswith("MATOS_") or k in ("MATOS_DEVSTACK_DIR", "MATOS_DEV")},
         "DAGSTER_HOME": str(home),
         "MATOS_TOPICS_FILE": str(tmp_path / "topics.yaml"),
         "MATOS_KAFKA_BOOTSTRAP_SERVERS": kafka_server.bootstrap_servers,

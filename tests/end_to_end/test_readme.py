@@ -43,7 +43,7 @@ def fenced_blocks(text: str) -> list[str]:
 
 def test_the_working_with_it_blocks_are_those_this_test_runs():
     blocks = fenced_blocks(section("Working with it"))
-    assert blocks[0].strip() == "export DAGSTER_HOME=$PWD/.devstack/dagster"
+    assert blocks[0].strip() == "export MATOS_DEV=true DAGSTER_HOME=$PWD/.devstack/dagster"
     assert any("add-ranges demo" in b for b in blocks) and any(" archive demo:p" in b for b in blocks)
     assert not any(re.search(r"(^|\s)(dagster|dg|python) ", b) for b in blocks), "every command by its .venv path"
 
@@ -107,7 +107,8 @@ def test_the_readme_commands_run_as_written_after_make_run(tmp_path, fresh_kafka
     assert "topic 'demo' has 20000 records already: no demo records loaded" in again.stdout
     assert kafka.watermarks("demo", list(range(4))) == marks
 
-    env.pop("DAGSTER_HOME")  # the README's first block sets it
+    env.pop("DAGSTER_HOME")  # the README's first block sets them
+    env.pop("MATOS_DEV")
     script = "set -euo pipefail\n" + "\n".join(fenced_blocks(section("Working with it")))
     run = subprocess.run(["bash", "-c", script], env=env, cwd=project, capture_output=True, text=True, timeout=1800)
     out = run.stdout + run.stderr

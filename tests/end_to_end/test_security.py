@@ -343,7 +343,7 @@ def test_a_full_cli_archive_over_sasl_ssl_and_https_leaves_no_secret_anywhere(se
     event_logs = tmp_path / "spark-events"
     event_logs.mkdir()
     env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("MATOS_") or k == "MATOS_DEVSTACK_DIR"},
+        **{k: v for k, v in os.environ.items() if not k.startswith("MATOS_") or k in ("MATOS_DEVSTACK_DIR", "MATOS_DEV")},
         "DAGSTER_HOME": str(home),
         "MATOS_TOPICS_FILE": str(tmp_path / "topics.yaml"),
         "MATOS_KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{secure_kafka.sasl_port}",

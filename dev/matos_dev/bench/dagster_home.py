@@ -1,7 +1,7 @@
 """`DAGSTER_HOME` after a simulated month, with and without the retention job's rules for runs.
 
-Runs are synthesised cheaply from two real templates (an archive run and a monitor run made
-by the history benchmark on the same SQLite instance): each copy is the template's run record
+Runs are synthesised cheaply from two real templates (two runs made by the history benchmark on
+the same SQLite instance): each copy is the template's run record
 under a new id plus a copy of its per-run event-log file, so it costs what the template costs
 on disk. The bytes a run costs are measured over the copies; the month without retention is
 that times the month's runs; the month with retention is measured after the job's run rules
@@ -12,6 +12,7 @@ worker's compute logs are deleted with its run by the same rules.
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import time
@@ -24,7 +25,9 @@ from matos_dagster.dagster_compat import event_log_shard
 from matos_dagster.jobs.retention import delete_runs
 
 RANGE_EVERY_S = 25  # a range per partition every 20-30 s at the default batch policy
-MONITOR_CRON_PER_DAY = 288  # MATOS_MONITOR_CRON every 5 minutes
+SENSOR_INTERVAL_S = 30  # MATOS_SENSOR_INTERVAL_S: a tick with ranges due requests one archive_ranges run
+RUN_MAX_RANGES = 1000  # MATOS_RUN_MAX_RANGES: the ranges one run carries at most
+SCHEDULED_PER_DAY = 2 * 24  # the compact and retention schedules, hourly each
 
 
 def folder_bytes(path: str) -> int:
@@ -39,9 +42,13 @@ def folder_bytes(path: str) -> int:
 
 
 def month_runs(partitions: int, days: int = 30) -> dict:
-    archive = days * partitions * 86_400 // RANGE_EVERY_S
-    # One monitor run after each archive run, and the schedule's.
-    return {"archive": archive, "monitor": archive + days * MONITOR_CRON_PER_DAY}
+    """A month's runs at the default policy with records arriving all the time: each sensor tick
+    requests one `archive_ranges` run for every range due, of every partition (a few when more than
+    RUN_MAX_RANGES are due), and the compaction and retention schedules run hourly. The monitor and
+    the days are the sensors' evaluations, recorded without a run."""
+    ticks = days * 86_400 // SENSOR_INTERVAL_S
+    due = partitions * SENSOR_INTERVAL_S / RANGE_EVERY_S  # ranges due a tick
+    return {"archive": ticks * max(1, math.ceil(due / RUN_MAX_RANGES)), "scheduled": days * SCHEDULED_PER_DAY}
 
 
 def simulate_month(instance, home: str, archive_run_id: str, monitor_run_id: str, say, partitions: int = 4,

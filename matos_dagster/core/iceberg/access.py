@@ -65,6 +65,9 @@ def catalog_properties() -> dict[str, str]:
     """MATOS_ICEBERG_CATALOG (`key=value;...`, any pyiceberg catalog), or the embedded sqlite one."""
     raw = settings.get("MATOS_ICEBERG_CATALOG").strip()
     if not raw:
+        if not settings.development():  # never a catalog inside the installed package's folder
+            raise TableError("MATOS_ICEBERG_CATALOG is not set: set it to your catalog's properties "
+                             "(`type=rest;uri=https://...`, or `type=sql;uri=sqlite:////path/catalog.db`)")
         folder = Path(settings.get("MATOS_DEVSTACK_DIR")) / "iceberg"
         folder.mkdir(parents=True, exist_ok=True)
         return {"type": "sql", "uri": f"sqlite:///{folder / 'catalog.db'}"}

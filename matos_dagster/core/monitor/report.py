@@ -148,7 +148,7 @@ def mark_holds(archive: PartitionArchive, k: Known) -> bool:
     the known part; an entry below `first` (such a loss, or ranges archived from an offset
     moved back) makes the mark stale. A topic made anew shows as `sound_to` past its log end
     (`start_from`). Folders deleted by hand, or ranges written over the known part, are what
-    the verifier's full audit finds (`verify --all`), as for the check's own metadata.
+    the verifier's full audit finds (`matos verify --audit-all`), as for the check's own metadata.
     """
     last = archive.last_before(k.sound_to)
     if last is None or last.start < k.first or last.end < k.sound_to:

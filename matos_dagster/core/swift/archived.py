@@ -21,7 +21,7 @@ Recurring work never reads the whole row, so its cost does not grow with the his
   committed: a handful, whatever the history.
 - `entry_at_or_after(offset)`: one small listing; a binary search over offsets with it
   costs O(log offsets) requests (the reader's time windows).
-- `all()`: every entry, page by page: full audits only (`verify --all`).
+- `all()`: every entry, page by page: full audits only (`matos verify --audit-all`).
 
 No Dagster imports.
 """

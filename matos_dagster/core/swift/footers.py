@@ -22,7 +22,7 @@ def object_schema(store: Store, name: str) -> pa.Schema:
     got = store.get_tail(name, FOOTER_TAIL)
     if got is None:
         raise FileNotFoundError(f"object {name} is listed in a manifest but missing from Swift container "
-                                f"{store.container!r}: the archive is damaged there (`matos audit --all` lists them)")
+                                f"{store.container!r}: the archive is damaged there (`matos verify <topic> --audit-all` lists them)")
     tail, size = got
     need = footer_bytes(tail)
     if need > len(tail) and size > len(tail):  # a footer longer than the first GET

@@ -1,10 +1,10 @@
 """Verify a topic's archive: every entry in Swift, every object it lists, and Kafka.
 
-    matos audit --topic demo               # from the audit marks on
-    matos audit --topic demo --all         # everything, from the first entry
-    matos audit --topic demo --from 5000   # from offset 5000 on
-    matos audit --topic demo --sample 20   # and 20 records a range vs Kafka
-    matos audit --topic demo --full        # and every record vs Kafka
+    matos verify demo                      # from the audit marks on
+    matos verify demo --audit-all          # everything, from the first entry
+    matos verify demo --from-offset 5000   # from offset 5000 on
+    matos verify demo --sample 20          # and 20 records a range vs Kafka
+    matos verify demo --sample -1          # and every record vs Kafka
 
 What docs/design.md promises, checked from the outside, per partition of the topic:
 

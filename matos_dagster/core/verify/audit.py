@@ -3,7 +3,7 @@
 Three scopes, per partition:
 
 - EVERYTHING: every entry from the partition's first (`archived.all()`): a full audit, whose
-  Swift listings grow with the history. `verify --all`, the job's `audit_all`.
+  Swift listings grow with the history. `matos verify --audit-all`, the job's `audit_all`.
 - FROM_MARK (the command line's and the job's default): from the partition's audit mark
   (marks.py) on, so the listings cover only what was archived since the last audit, whatever
   the history; a partition without a mark is audited from its first entry, once.

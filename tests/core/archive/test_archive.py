@@ -221,7 +221,7 @@ def test_an_archived_range_whose_records_expired_is_verified_not_failed(kafka, s
 
 
 def audit(kafka, store, cfg: TopicConfig, sample: int | None = 0):
-    """The verifier (`python -m matos_dagster.core.verify --all`) over the topic's whole archive."""
+    """The verifier (`matos verify --audit-all`) over the topic's whole archive."""
     return verify_topic(kafka, store, layout.join(store.params.prefix, cfg.prefix), cfg, sample)
 
 

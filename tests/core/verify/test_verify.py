@@ -210,8 +210,8 @@ USAGE_ERRORS = [
     (["--topic", "demo", "--sample", "3", "--full"], "not allowed with argument"),
     (["--topic", "demo", "--sample", "-1"], "--sample must be >= 0"),
     (["--topic", "no-such-topic"], "is not in the topics file"),
-    (["--topic", "demo", "--all", "--from", "3"], "not allowed with argument"),
-    (["--topic", "demo", "--from", "-1"], "--from must be an offset >= 0"),
+    (["--topic", "demo", "--audit-all", "--from-offset", "3"], "not allowed with argument"),
+    (["--topic", "demo", "--from-offset", "-1"], "--from-offset must be an offset >= 0"),
 ]
 
 
@@ -428,7 +428,7 @@ def test_the_cli_exits_0_when_sound_and_1_with_the_problems_printed(archive, swi
     archive.store.delete(archive.docs[10]["objects"][0]["name"])
     p = cli("--full")  # from the mark at 30: nothing new to audit
     assert p.returncode == 0 and "0 manifests" in p.stdout, p.stdout + p.stderr
-    p = cli("--full", "--all")
+    p = cli("--full", "--audit-all")
     assert p.returncode == 1, p.stdout + p.stderr
     assert "1 PROBLEM(S)" in p.stdout and "[missing]" in p.stdout and archive.docs[10]["objects"][0]["name"] in p.stdout
 
