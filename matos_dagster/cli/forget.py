@@ -69,7 +69,7 @@ def chosen_topics(asked: list[str], topic_set, existing: list[str]) -> list[str]
 
 
 def run(args: argparse.Namespace) -> int:
-    from matos_dagster import definitions
+    from matos_dagster.cli import archive
     from matos_dagster.core import settings
     from matos_dagster.core.erase import keys, request
     from matos_dagster.core.kafka import many
@@ -81,12 +81,13 @@ def run(args: argparse.Namespace) -> int:
         secret = keys.erasure_key(settings.get(keys.SETTING))
     except keys.BadKey as e:
         raise Refused(str(e)) from None
-    kafka = definitions.RESOURCES["kafka"].process_config_and_initialize()
+    chosen = archive.current()
+    kafka = chosen.resource("kafka").process_config_and_initialize()
     existing = many.topics(kafka)
-    topics = chosen_topics(args.topic, definitions.TOPIC_SET, sorted(existing))
+    topics = chosen_topics(args.topic, chosen.topic_set, sorted(existing))
     ends = {t: {p: high for p, (_, high) in kafka.watermarks(t, existing[t]).items()} for t in topics}
     req = request.make(secret, raw, args.reason.strip(), ends)
-    swift = definitions.RESOURCES["swift"].process_config_and_initialize()
+    swift = chosen.resource("swift").process_config_and_initialize()
     with swift.store() as store:
         name = request.write(store, store.params.prefix, req)
     print(f"forget: request {req.id} written to {name} ({len(req.hashes)} key(s), topics {', '.join(topics)})")

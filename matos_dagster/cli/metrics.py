@@ -49,11 +49,13 @@ def run(args: argparse.Namespace) -> int:
     if refusal:
         raise Refused(refusal)
     password = Path(args.password_file).read_text().splitlines()[0] if args.password_file else None
-    from matos_dagster import definitions
+    from matos_dagster.cli import archive
     from matos_dagster.exporter import serve_metrics
 
+    chosen = archive.current()
+
     try:
-        server = serve_metrics(definitions.TOPIC_SET, definitions.RESOURCES["kafka"], address=args.address,
+        server = serve_metrics(chosen.topic_set, chosen.resource("kafka"), name=chosen.names.archive, address=args.address,
                                port=args.port, timeout_s=args.timeout, tls_cert=args.tls_cert, tls_key=args.tls_key,
                                user=args.user, password=password)
     except OSError as e:
