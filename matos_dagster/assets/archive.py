@@ -12,7 +12,8 @@ from dagster import (
     asset,
 )
 
-from matos_dagster.core.archive.range_run import Archived, DataLoss, RangeRefused, check, current_incarnation, in_turn
+from matos_dagster.core.archive.incarnation import current_incarnation
+from matos_dagster.core.archive.range_run import Archived, DataLoss, RangeRefused, check, in_turn
 from matos_dagster.core.iceberg.hooks import TableState, table_state
 from matos_dagster.core.iceberg.plan import TableError
 from matos_dagster.core.offsets.ranges import KEY_FORM, OffsetRange, parse_key

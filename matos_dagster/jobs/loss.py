@@ -12,7 +12,7 @@ from dagster import Config, Failure, MetadataValue, OpExecutionContext, Output, 
 from pydantic import Field
 
 from matos_dagster.core.archive import loss
-from matos_dagster.core.archive.range_run import current_incarnation
+from matos_dagster.core.archive.incarnation import current_incarnation
 from matos_dagster.core.swift import layout
 from matos_dagster.core.topic_set import as_set, not_found
 from matos_dagster.names import DEFAULT, Names

@@ -28,10 +28,9 @@ from matos_dagster.core import faults, settings
 from matos_dagster.core.erase import ledger
 from matos_dagster.core.erase.keys import SETTING as ledger_key
 from matos_dagster.core.archive import loss
-from matos_dagster.core.archive.commit import advance, restart
+from matos_dagster.core.archive.commit import advance
 from matos_dagster.core.archive.slice_task import SliceJob, archive_slice
 from matos_dagster.core.iceberg.hooks import keep_table
-from matos_dagster.core.kafka import many
 from matos_dagster.core.kafka.client import KafkaClient
 from matos_dagster.core.offsets.ranges import OffsetRange
 from matos_dagster.core.schemas import typed as typed_columns
@@ -295,22 +294,6 @@ def _run_slices(session: Any, jobs: list[SliceJob], r: OffsetRange) -> list[dict
         lambda failed: RegistryUnavailable(f"{r}: {failed}; nothing was committed, a later run archives the range"),
         lambda o: (Undecodable if o.get("kind") == "Undecodable" else RangeRefused)(o["refused"]))
     return [o for objects in written for o in objects]
-
-
-def current_incarnation(kafka: KafkaClient, store: Store, topic: TopicConfig,
-                        warn: Callable[[str], None] = log.warning) -> Incarnation:
-    """The log a run of one range archives into: Kafka's topic id now, looked up in the topic's record
-    (core/swift/incarnations.py). A log the record lacks is recorded, said in one line, and the group's
-    committed offsets of the earlier log are set back to the new log's start (commit.restart)."""
-    tid = many.topic_ids(kafka, [topic.name])[topic.name]
-    inc, line = incarnations.observe(store, layout.join(store.params.prefix, topic.prefix), topic.name, tid,
-                                     int(time.time() * 1000))
-    if line is not None:
-        warn(line)
-        tps = [(topic.name, p) for p in many.topics(kafka).get(topic.name, [])]
-        marks = many.watermarks(kafka, tps)
-        restart(kafka, topic.group, many.committed(kafka, topic.group, tps), {tp: marks[tp][0] for tp in tps})
-    return inc
 
 
 @dataclass(frozen=True)

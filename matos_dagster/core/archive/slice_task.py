@@ -15,10 +15,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from matos_dagster.core.archive import native
+from matos_dagster.core.archive.leaving import erased_entries, leave_out
 from matos_dagster.core.offsets.ranges import OffsetRange
 from matos_dagster.core.records.batch import Batch
 from matos_dagster.core.records.objects import row_sizes
@@ -89,30 +89,13 @@ def archive_slice(job: SliceJob) -> list[dict]:
     try:
         if why_not is None:
             log.info("slice %s: native reader", job.slice)
-            return [{**o, "reader": "native"} for o in _archive_native(job, erased)] + _erased(erased)
+            return [{**o, "reader": "native"} for o in _archive_native(job, erased)] + erased_entries(erased)
         # Said once per worker process, not per task: the run's log names the reader of each range.
         (log.debug if why_not in _said else log.warning)("slice %s: Python reader (%s)", job.slice, why_not)
         _said.add(why_not)
-        return [{**o, "reader": "python"} for o in _archive_python(job, erased)] + _erased(erased)
+        return [{**o, "reader": "python"} for o in _archive_python(job, erased)] + erased_entries(erased)
     except refused as e:
         return [{"refused": str(e), "kind": type(e).__name__}]
-
-
-def _erased(offsets: list[int]) -> list[dict]:
-    """The slice's records left out by the erasure ledger: one entry, which the manifest's `erased` takes."""
-    return [{"erased": offsets}] if offsets else []
-
-
-def _leave_out(job: SliceJob, chunk, erased: list[int]):
-    """`chunk` without the records the erasure ledger leaves out (their offsets added to `erased`)."""
-    if job.leave is None or not chunk.num_rows:
-        return chunk
-    out = job.leave.mask(chunk.column(chunk.schema.get_field_index("key")),
-                         chunk.column(chunk.schema.get_field_index("offset")))
-    if not out.any():
-        return chunk
-    erased += chunk.filter(pa.array(out)).column(chunk.schema.get_field_index("offset")).to_pylist()
-    return chunk.filter(pa.array(~out))
 
 
 def consumer_conf(kafka_conf: dict[str, Any], group: str) -> dict[str, Any]:
@@ -188,7 +171,7 @@ def _archive_native(job: SliceJob, erased: list[int]) -> list[dict]:
             except native.NativeError as e:
                 raise _native_error(job, e) from None
             if chunk is not None:
-                rows = _leave_out(job, chunk.batch, erased)
+                rows = leave_out(job.leave, chunk.batch, erased)
                 if rows.num_rows:
                     batch.add_chunk(rows, chunk.nbytes if rows is chunk.batch else int(row_sizes(rows).sum()))
                 del chunk, rows

@@ -9,7 +9,8 @@ from __future__ import annotations
 from helpers import check_archive, delete_records, produce, read_archive, read_kafka
 from samples import awkward_rows, config
 
-from matos_dagster.core.archive.batch import archive_batch, pack
+from matos_dagster.core.archive.batch import archive_batch
+from matos_dagster.core.archive.tasks import pack
 from matos_dagster.core.archive.range_run import archive_range
 from matos_dagster.core.archive.slice_task import SliceJob
 from matos_dagster.core.offsets.ranges import OffsetRange
