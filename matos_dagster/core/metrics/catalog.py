@@ -91,7 +91,8 @@ METRICS: list[Metric] = [
     Metric("matos_sensor_tick_age_seconds", "gauge", ("archive", "sensor"), "Age of the sensor's latest finished "
            "tick: how fresh what it decided is.", CURSOR),
     Metric("matos_up", "gauge", ("archive", "component"), "1 when the exporter's last refresh of the component "
-           "(kafka, dagster, swift) succeeded within the scrape timeout; 0: the values served are the last known.", EXPORTER),
+           "(kafka, dagster, swift) succeeded within the scrape timeout; 0: the values served are the last known.",
+           EXPORTER),
     Metric("matos_scrape_errors_total", "counter", ("archive", "component"), "Refreshes of the component that "
            "failed or went over the scrape timeout.", EXPORTER),
     Metric("matos_refresh_duration_seconds", "gauge", ("archive", "component"), "Duration of the component's "
