@@ -12,10 +12,9 @@ from matos_dagster.exporter import DEFAULT_PORT
 
 DESCRIPTION = ("Serve the archive's metrics in Prometheus' text format on http://ADDRESS:PORT/metrics (https with "
                "--tls-cert): per partition the offsets, the lag in records and in seconds, what was archived, the "
-               "monitor's verdict, the records erased; per archive the ranges requested, archived and failed, the "
-               "runs, the sensors' ticks and the compaction backlog (docs/reference/metrics.md). Each scrape asks "
-               "Kafka a few batched requests and reads Dagster's storage (Swift at most once a minute); what does "
-               "not answer within --timeout is served as last known with matos_up 0.")
+               "monitor's verdict; per archive the ranges requested, archived and failed, the runs and the sensors' "
+               "ticks (docs/reference/metrics.md). Each scrape asks Kafka a few batched requests and reads Dagster's "
+               "storage; what does not answer within --timeout is served as last known with matos_up 0.")
 
 
 def add_arguments(c: argparse.ArgumentParser) -> None:
@@ -56,8 +55,7 @@ def run(args: argparse.Namespace) -> int:
     chosen = archive.current()
 
     try:
-        server = serve_metrics(chosen.topic_set, chosen.resource("kafka"), swift=chosen.resource("swift"),
-                               name=chosen.names.archive, address=args.address,
+        server = serve_metrics(chosen.topic_set, chosen.resource("kafka"), name=chosen.names.archive, address=args.address,
                                port=args.port, timeout_s=args.timeout, tls_cert=args.tls_cert, tls_key=args.tls_key,
                                user=args.user, password=password)
     except OSError as e:

@@ -2,9 +2,7 @@
 `serve_metrics` for an archive of `archive_definitions` in a project of one's own).
 
 Two components are refreshed at each scrape, each within the scrape's timeout: Kafka
-(core/metrics/kafka_side.py) and Dagster's storage (dagster_side.py); and, given the archive's
-Swift, a third read at most once a minute (core/metrics/swift_side.py: records erased, compaction
-backlog). The metrics are those of
+(core/metrics/kafka_side.py) and Dagster's storage (dagster_side.py). The metrics are those of
 core/metrics/catalog.py, documented in docs/reference/metrics.md.
 """
 
@@ -15,10 +13,9 @@ from prometheus_client import CollectorRegistry
 DEFAULT_PORT = 9464
 
 
-def make_collector(topics, kafka, instance, name: str = "", timeout_s: float = 5.0, swift=None):
+def make_collector(topics, kafka, instance, name: str = "", timeout_s: float = 5.0):
     """The collector of the archive called `name`: `topics` (a TopicSet, a topics file, or its
-    mapping), `kafka` (a KafkaResource), `instance` (the DagsterInstance of the archive's deployment),
-    `swift` (its SwiftResource, or None: no Swift metrics)."""
+    mapping), `kafka` (a KafkaResource), `instance` (the DagsterInstance of the archive's deployment)."""
     from matos_dagster.core.metrics.kafka_side import KafkaSide
     from matos_dagster.exporter.collector import Collector
     from matos_dagster.exporter.dagster_side import DagsterSide
@@ -32,19 +29,10 @@ def make_collector(topics, kafka, instance, name: str = "", timeout_s: float = 5
     side = KafkaSide(topics, kafka, names.archive)
     # The verdicts of the topics Kafka's side resolved last; before that, of the named ones.
     dagster = DagsterSide(instance, names, lambda: side.watched or topics.resolve([]).topics, lambda: side.partitions)
-    components = {"kafka": side.read, "dagster": dagster.read}
-    if swift is not None:
-        from matos_dagster.core.metrics.swift_side import SwiftSide
-
-        if hasattr(swift, "process_config_and_initialize"):
-            swift = swift.process_config_and_initialize()
-        swift_side = SwiftSide(swift.store, names.archive, lambda: side.watched, lambda: side.committed)
-        components["swift"] = swift_side.read
-        side.also = swift_side.backlogs  # with the committed offsets just read, not those of the scrape before
-    return Collector(names.archive, components, timeout_s)
+    return Collector(names.archive, {"kafka": side.read, "dagster": dagster.read}, timeout_s)
 
 
-def serve_metrics(topics, kafka, *, swift=None, name: str = "", instance=None, address: str = "0.0.0.0",
+def serve_metrics(topics, kafka, *, name: str = "", instance=None, address: str = "0.0.0.0",
                   port: int = DEFAULT_PORT, timeout_s: float = 5.0, tls_cert: str | None = None,
                   tls_key: str | None = None, user: str | None = None, password: str | None = None):
     """Serve the Prometheus metrics of an archive of `archive_definitions` on http(s)://address:port/metrics.
@@ -56,8 +44,6 @@ def serve_metrics(topics, kafka, *, swift=None, name: str = "", instance=None, a
         topics: The archive's topics, as given to `archive_definitions`: a `TopicSet`, a topics
             file's path, or its document.
         kafka: The archive's `KafkaResource`.
-        swift: The archive's `SwiftResource`: the records erased and the compaction backlog, read
-            from Swift at most once a minute (None: those metrics are not served).
         name: The archive's name, as given to `archive_definitions` ("" for an unnamed one).
         instance: The `DagsterInstance` of the archive's deployment (default: $DAGSTER_HOME's).
         address: The address to listen on.
@@ -77,7 +63,7 @@ def serve_metrics(topics, kafka, *, swift=None, name: str = "", instance=None, a
 
     instance = DagsterInstance.get() if instance is None else instance
     registry = CollectorRegistry(auto_describe=False)
-    c = make_collector(topics, kafka, instance, name, timeout_s, swift)
+    c = make_collector(topics, kafka, instance, name, timeout_s)
     registry.register(c)
     server = Server(registry, address, port, tls_cert, tls_key, user, password)
     server.collector = c

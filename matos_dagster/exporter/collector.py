@@ -79,8 +79,6 @@ class Collector:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
-        for read in self.components.values():  # a component holding a connection (Swift's) lets it go
-            getattr(getattr(read, "__self__", None), "close", lambda: None)()
 
 
 def families(samples: Samples):

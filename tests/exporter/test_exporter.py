@@ -16,31 +16,13 @@ from helpers import missing
 from metrics_stack import AGE_S, of, record_tick, scrape, values
 from prometheus_client.parser import text_string_to_metric_families
 
-from matos_dagster.core.erase import keys, request
-from matos_dagster.core.kafka import many
-from matos_dagster.core.erase.rewrite import PartitionErased
-from matos_dagster.core.erase.run import record_of
 from matos_dagster.core.offsets.ranges import OffsetRange
 from matos_dagster.core.runs import estate, heartbeat, policy
 from matos_dagster.core.runs.policy import PartitionState
-from matos_dagster.core.swift import layout
 from matos_dagster.dagster_compat import RUN_KEY_TAG
 from matos_dagster.exporter import serve_metrics
 from matos_dagster.resources import KafkaResource
 from matos_dagster.turns import BATCH_TAG
-
-
-def fresh_swift(server) -> None:
-    """The next scrape reads Swift again (it does at most once a minute)."""
-    server.collector.components["swift"].__self__.read_at = float("-inf")
-
-
-def settled(server) -> dict:
-    """A scrape's values once Swift's side has read what Kafka's side found: Kafka's side computes the
-    backlog with the cursors of Swift's read before (both are read side by side at a scrape)."""
-    scrape(server.url)
-    scrape(server.url)
-    return values(scrape(server.url))
 
 def test_a_scrape_gives_each_partitions_offsets_lag_in_records_and_seconds_and_the_monitors_verdict(served):
     archived, server = served
@@ -162,39 +144,3 @@ def test_batch_runs_created_and_ended_since_the_exporter_started_are_counted_onc
         assert of(vals, "matos_runs_dead_total") == 1
         assert of(vals, "matos_runs", state="queued") == 1 and of(vals, "matos_runs", state="in_progress") == 1
         assert of(vals, "matos_archived_records_total", topic=archived.topic, partition=0) == 0
-
-
-def test_the_records_an_erasure_removed_are_counted_per_partition_and_0_where_none_was(served, swift):
-    archived, server = served
-    t = archived.topic
-    assert of(settled(server), "matos_erased_records", topic=t, partition=0) == 0
-    # Two erasures' records, as `matos forget`'s job writes them when done (core/erase/run.py): the
-    # second also erased one record of partition 0 in the topic's earlier log (incarnation 2 now).
-    with swift.store() as store:
-        for offsets, earlier in (({1, 3}, None), ({5}, PartitionErased(t, 0, {0}, incarnation=2))):
-            req = request.make(keys.erasure_key("an erasure key for the tests, 32b"), [b"alice"], "ticket", {t: {0: 6}})
-            outcomes = [PartitionErased(t, 0, offsets), PartitionErased(t, 1, set())] + ([earlier] if earlier else [])
-            store.put_json(layout.erasure_record_name(store.params.prefix, req.id), record_of(req, "run", outcomes))
-    cached = values(scrape(server.url))  # Swift is read at most once a minute
-    assert of(cached, "matos_erased_records", topic=t, partition=0) == 0
-    fresh_swift(server)
-    vals = values(scrape(server.url))
-    assert of(vals, "matos_erased_records", topic=t, partition=0) == 2 + 1 + 1
-    assert of(vals, "matos_erased_records", topic=t, partition=1) == 0
-    assert of(vals, "matos_up", component="swift") == 1
-
-
-def test_the_compaction_backlog_counts_the_offsets_archived_from_the_compaction_cursor_on(served, swift, kafka):
-    archived, server = served
-    t = archived.topic
-    # Partition 0 committed 6 and was never compacted: 6 offsets wait; partition 1 committed nothing.
-    assert of(settled(server), "matos_compaction_backlog_offsets", topic=t) == 6
-    # A compaction merged [0, 4) and moved its cursor there (core/compact/run.py writes it so).
-    with swift.store() as store:
-        prefix = layout.join(store.params.prefix, archived.topics.resolve([]).topics[0].prefix)
-        store.put_json(layout.compaction_cursor_name(prefix, t, 0), {"from": 4, "topic": t, "partition": 0})
-    fresh_swift(server)
-    assert of(settled(server), "matos_compaction_backlog_offsets", topic=t) == 6 - 4
-    # More archived and committed: the backlog follows at the next scrape, without reading Swift again.
-    many.commit(kafka, archived.group, {(t, 0): 10, (t, 1): 3})
-    assert of(values(scrape(server.url)), "matos_compaction_backlog_offsets", topic=t) == (10 - 4) + 3

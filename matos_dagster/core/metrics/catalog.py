@@ -30,7 +30,6 @@ CURSOR = "the lag sensor's cursor and ticks"
 VERDICT = "the monitor's latest verdict"
 RUNS = "Dagster's run storage (runs ended since the exporter started)"
 EXPORTER = "the exporter itself"
-SWIFT = "Swift, read at most once a minute (the erasure records, the compaction cursors)"
 
 METRICS: list[Metric] = [
     Metric("matos_log_start_offset", "gauge", PARTITION, "Log start offset of the partition in Kafka.", KAFKA),
@@ -62,11 +61,6 @@ METRICS: list[Metric] = [
            "acknowledged yet (`matos acknowledge-loss`).", VERDICT),
     Metric("matos_acknowledged_lost_offsets", "gauge", PARTITION, "Offsets recorded as lost in the archive "
            "(acknowledged).", VERDICT),
-    Metric("matos_erased_records", "gauge", PARTITION, "Records erased from the partition's archive by `matos "
-           "forget` (over every incarnation of the topic); 0 when none.", SWIFT),
-    Metric("matos_compaction_backlog_offsets", "gauge", TOPIC, "Offsets archived (below the committed offset) "
-           "from the partitions' compaction cursors on, summed over the topic's partitions: what the next "
-           "compaction still has to walk; counted from offset 0 in a partition never compacted.", SWIFT),
     Metric("matos_waiting_for_operator", "gauge", PARTITION, "1 when the lag sensor no longer requests the "
            "partition's failed range by itself: an operator must fix the cause and re-run it.", CURSOR),
     Metric("matos_ranges_requested_total", "counter", ARCHIVE, "Ranges requested in the archive's batch runs "
@@ -91,8 +85,7 @@ METRICS: list[Metric] = [
     Metric("matos_sensor_tick_age_seconds", "gauge", ("archive", "sensor"), "Age of the sensor's latest finished "
            "tick: how fresh what it decided is.", CURSOR),
     Metric("matos_up", "gauge", ("archive", "component"), "1 when the exporter's last refresh of the component "
-           "(kafka, dagster, swift) succeeded within the scrape timeout; 0: the values served are the last known.",
-           EXPORTER),
+           "(kafka, dagster) succeeded within the scrape timeout; 0: the values served are the last known.", EXPORTER),
     Metric("matos_scrape_errors_total", "counter", ("archive", "component"), "Refreshes of the component that "
            "failed or went over the scrape timeout.", EXPORTER),
     Metric("matos_refresh_duration_seconds", "gauge", ("archive", "component"), "Duration of the component's "

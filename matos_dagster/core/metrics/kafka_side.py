@@ -11,7 +11,6 @@ record being read again. No Dagster imports.
 from __future__ import annotations
 
 import time
-from typing import Callable
 
 from matos_dagster.core.kafka import many
 from matos_dagster.core.kafka.client import KafkaClient
@@ -30,9 +29,6 @@ class KafkaSide:
         self.first: dict[TP, tuple[int, int]] = {}  # partition -> (offset, timestamp ms of its record)
         self.watched: list[TopicConfig] = []  # the topics the last refresh resolved
         self.partitions: list[TP] = []  # and their partitions in Kafka
-        self.committed: dict[TP, int | None] = {}  # and their committed offsets
-        # What else follows from the committed offsets read (swift_side's compaction backlog), if anything.
-        self.also: Callable[[dict[TP, int | None]], Samples] | None = None
 
     def read(self, now: float | None = None) -> Samples:
         with self.kafka.kept_clients():
@@ -47,7 +43,6 @@ class KafkaSide:
                         self.first[tp] = (wanted[tp], ts)
         self.watched = resolved.topics
         self.partitions = [(t, p) for t, parts in offsets.items() for p in parts]
-        self.committed = {(t, p): o.committed for t, parts in offsets.items() for p, o in parts.items()}
         now = time.time() if now is None else now
         out = Samples()
         a = self.archive
@@ -66,6 +61,4 @@ class KafkaSide:
                     out.set("matos_lag_seconds", labels, 0.0)
                 elif seen is not None and seen[0] == o.position:
                     out.set("matos_lag_seconds", labels, max(0.0, now - seen[1] / 1000))
-        if self.also is not None:
-            out.update(self.also(self.committed))
         return out
