@@ -71,7 +71,7 @@ def chosen_topics(asked: list[str], topic_set, existing: list[str]) -> list[str]
 def run(args: argparse.Namespace) -> int:
     from matos_dagster.cli import archive
     from matos_dagster.core import settings
-    from matos_dagster.core.erase import keys, request
+    from matos_dagster.core.erase import keys, request, versions
     from matos_dagster.core.kafka import many
 
     raw = gather_keys(args.key, args.keys_file)
@@ -89,6 +89,9 @@ def run(args: argparse.Namespace) -> int:
     req = request.make(secret, raw, args.reason.strip(), ends)
     swift = chosen.resource("swift").process_config_and_initialize()
     with swift.store() as store:
+        kept = versions.refusal(store)  # the job would refuse it: no request is written
+        if kept is not None:
+            raise Refused(kept)
         name = request.write(store, store.params.prefix, req)
     print(f"forget: request {req.id} written to {name} ({len(req.hashes)} key(s), topics {', '.join(topics)})")
     output, result = run_job("forget", "forget_keys", {"request": req.id})

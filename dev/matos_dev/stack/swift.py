@@ -588,7 +588,8 @@ class SwiftServer:
             "filter:copy": {"use": "egg:swift#copy"},
             "filter:slo": {"use": "egg:swift#slo"},
             "filter:dlo": {"use": "egg:swift#dlo"},
-            "filter:versioned_writes": {"use": "egg:swift#versioned_writes"},
+            # Versioned containers as production Swift has them: forgetting must refuse one.
+            "filter:versioned_writes": {"use": "egg:swift#versioned_writes", "allow_versioned_writes": "true"},
             "filter:symlink": {"use": "egg:swift#symlink"},
         })
 

@@ -23,7 +23,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from matos_dagster.core.archive.leaving import leave_out
 from matos_dagster.core.days import buckets
+from matos_dagster.core.erase.ledger import Leave
 from matos_dagster.core.offsets.ranges import OffsetRange
 from matos_dagster.core.records import unify
 from matos_dagster.core.records.objects import decode, encode_hashed
@@ -44,10 +46,14 @@ class MergeJob:
     format: str
     swift: SwiftParams
     object_bytes: int = 64 * 1024**2
+    # What the topic's erasure ledger leaves out of the group (core/erase/ledger.py): objects written
+    # before an erasure rewrote them still hold its records, and a merge must not carry them on.
+    leave: Leave | None = None
 
 
 def merge_group(job: MergeJob) -> list[dict]:
-    """Runs on an executor: read the group's objects, write them as large ones; one entry per object.
+    """Runs on an executor: read the group's objects, write them as large ones; one entry per object,
+    and one `{"erased": offsets, "typed": counts}` entry when the erasure ledger left records out.
 
     A group it must refuse (an object missing, changed or not holding its records) comes back as
     one `{"refused": why}` entry instead of an error: the refusal is certain, and Spark would try
@@ -65,6 +71,8 @@ def _merge(job: MergeJob) -> list[dict]:
     pending: list[pa.Table] = []
     pending_bytes = 0
     last = job.range.start - 1
+    erased: list[int] = []
+    erased_typed: dict = {}
     try:
         for o in job.inputs:
             data = store.get(o["name"])
@@ -78,6 +86,7 @@ def _merge(job: MergeJob) -> list[dict]:
                 raise CompactionError(f"object {o['name']} does not hold the {o['records']} ordered records its manifest lists")
             if len(offsets):
                 last = int(offsets[-1])
+            table = _left_out(job.leave, table, erased, erased_typed)
             if pending and not _one_type(pending, table):
                 written.append(_flush(pending, pending_bytes, job, store))
                 pending, pending_bytes = [], 0
@@ -93,9 +102,23 @@ def _merge(job: MergeJob) -> list[dict]:
             pending.append(table.slice(cut_from))
         if sum(t.num_rows for t in pending):
             written.append(_flush(pending, pending_bytes, job, store))
-        return written
+        return written + ([{"erased": erased, "typed": erased_typed}] if erased else [])
     finally:
         store.close()
+
+
+def _left_out(leave: Leave | None, table: pa.Table, erased: list[int], typed: dict) -> pa.Table:
+    """`table` without what `leave` leaves out (offsets added to `erased`; per typed side the left-out
+    records' decoded, failed and null counts added to `typed`, which the replaced manifests counted)."""
+    kept = leave_out(leave, table, erased)
+    if kept.num_rows == table.num_rows:
+        return kept
+    gone = table.filter(pc.invert(pc.is_in(table["offset"], kept["offset"])))
+    for side, counts in typed_stats(gone.schema, [gone]).items():
+        mine = typed.setdefault(side, {"decoded": 0, "failed": 0, "nulls": 0})
+        for k in mine:
+            mine[k] += counts[k]
+    return kept
 
 
 def _one_type(pending: list[pa.Table], table: pa.Table) -> bool:

@@ -42,9 +42,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from matos_dagster.core import faults
+from matos_dagster.core import faults, settings
 from matos_dagster.core.compact.merge import CompactionError, MergeJob, merge_group
 from matos_dagster.core.erase import ledger
+from matos_dagster.core.erase.keys import SETTING
 from matos_dagster.core.compact.plan import Group, Member, holder, plan
 from matos_dagster.core.iceberg.hooks import keep_compacted
 from matos_dagster.core.offsets.ranges import OffsetRange
@@ -122,7 +123,8 @@ def compact_partition(
     res = PartitionResult(partition)
     archive = PartitionArchive(store, prefix, topic.name, partition)
     state_name = cursor_name(prefix, topic.name, partition)
-    requests_at_plan = set(ledger.read(store, prefix, topic.name)["requests"])  # erasures known (_switch)
+    ledger_doc = ledger.read(store, prefix, topic.name)
+    requests_at_plan = set(ledger_doc["requests"])  # erasures known (_switch)
     state = store.get_json(state_name) or {}
     start = int(state.get("from", 0))
     if not state:
@@ -186,7 +188,11 @@ def compact_partition(
     p = plan(members, upper, topic.compact_bytes, topic.compact_min_age_s, max_groups, topic.compact_span_s)
     unswitched = None
     # Every group's objects at once, one Spark task a group; then the switches, in offset order.
-    jobs = [_job(topic, partition, g, docs, store, prefix) for g in p.groups]
+    try:  # the records the erasure ledger leaves out of each group, as every writer does
+        leaves = [ledger.leave(ledger_doc, partition, g.start, settings.get(SETTING)) for g in p.groups]
+    except ledger.LedgerError as e:
+        raise CompactionError(f"{e}; nothing was compacted") from None
+    jobs = [_job(topic, partition, g, docs, store, prefix, leave) for g, leave in zip(p.groups, leaves)]
     for g, job in zip(p.groups, jobs):
         say(f"{job.range}: merging {len(g.members)} ranges ({len(job.inputs)} objects, {g.record_bytes} record bytes)")
     refusal = lambda why: CompactionError(f"{topic.name}/{partition}: {why}; nothing was switched")  # noqa: E731
@@ -215,38 +221,44 @@ def compact_partition(
     return res
 
 
-def _job(topic: TopicConfig, partition: int, g: Group, docs, store: Store, prefix: str) -> MergeJob:
+def _job(topic: TopicConfig, partition: int, g: Group, docs, store: Store, prefix: str, leave=None) -> MergeJob:
     r = OffsetRange(topic.name, partition, g.start, g.end)
     objects_in = tuple(o for m in g.members for o in docs[(m.start, m.end)]["objects"])
-    return MergeJob(r, layout.range_dir(prefix, r), objects_in, g.members[0].format, store.params, topic.object_bytes)
+    return MergeJob(r, layout.range_dir(prefix, r), objects_in, g.members[0].format, store.params, topic.object_bytes,
+                    leave)
 
 
 def _switch(g: Group, job: MergeJob, written: list[dict], docs, archive: PartitionArchive, store: Store,
             prefix: str, say, res: PartitionResult, requests_at_plan: set[str] = frozenset()) -> bool:
     r, fmt, objects_in = job.range, job.format, job.inputs
     inputs = [docs[(m.start, m.end)] for m in g.members]
+    # Records the erasure ledger left out of the merge (merge.py): erased offsets, and what they counted.
+    left = next((w for w in written if "erased" in w), {"erased": [], "typed": {}})
+    written = [w for w in written if "erased" not in w]
     # A typed topic's: the typed sides of the replaced ranges, whose counts the merged objects keep.
     typed = {side: t["format"] for d in inputs for side, t in d.get("typed", {}).items()}
     # The log the replaced ranges were read from (manifest version 4): the merged range is of the same one.
     of_log = next(({"topic_id": d.get("topic_id"), "incarnation": d["incarnation"]} for d in reversed(inputs)
                    if "incarnation" in d), {})
     doc = manifest.build(r, fmt, written, typed or None, **of_log)
-    doc["record_bytes"] = sum(int(d.get("record_bytes", 0)) for d in inputs)
+    if not left["erased"]:  # else the merged objects' own count: the replaced ranges' counted the left-out records
+        doc["record_bytes"] = sum(int(d.get("record_bytes", 0)) for d in inputs)
     doc["replaces"] = [[m.start, m.end] for m in g.members]
-    erased = sorted({o for d in inputs for o in d.get("erased", [])})
+    erased = sorted({o for d in inputs for o in d.get("erased", [])} | set(left["erased"]))
     if erased:  # offsets an erasure removed from the replaced ranges stay erased, never a gap
         doc["erased"] = erased
-    for k, want in (("records", sum(d["records"] for d in inputs)),
+    for k, want in (("records", sum(d["records"] for d in inputs) - len(left["erased"])),
                     ("first_offset", next((d["first_offset"] for d in inputs if d["first_offset"] is not None), None)),
                     ("last_offset", next((d["last_offset"] for d in reversed(inputs) if d["last_offset"] is not None), None)),
                     ("min_timestamp", min((d["min_timestamp"] for d in inputs if d["min_timestamp"] is not None), default=None)),
                     ("max_timestamp", max((d["max_timestamp"] for d in inputs if d["max_timestamp"] is not None), default=None))):
-        if doc[k] != want:
+        if doc[k] != want and not (left["erased"] and k != "records" and _within(k, doc[k], want)):
             raise CompactionError(f"{r}: the merged objects have {k} {doc[k]}, the replaced manifests {want}; "
                                   "nothing was switched")
     for side in typed:
         for k in ("decoded", "failed", "nulls"):
-            have, want = doc["typed"][side][k], sum(d["typed"][side][k] for d in inputs if side in d.get("typed", {}))
+            have = doc["typed"][side][k] + left["typed"].get(side, {}).get(k, 0)
+            want = sum(d["typed"][side][k] for d in inputs if side in d.get("typed", {}))
             if have != want:
                 raise CompactionError(f"{r}: the merged objects have {have} {k} {side}s, the replaced manifests "
                                       f"{want}; nothing was switched")
@@ -277,6 +289,13 @@ def _switch(g: Group, job: MergeJob, written: list[dict], docs, archive: Partiti
     say(f"{r}: switched; {len(g.members)} ranges, {len(objects_in)} -> {len(written)} objects, "
         f"{res.bytes_before} -> {res.bytes_after} bytes so far")
     return True
+
+
+def _within(k: str, have, want) -> bool:
+    """With records left out, the merged bounds lie within the replaced ranges' (none: all left out)."""
+    if have is None:
+        return True
+    return have >= want if k in ("first_offset", "min_timestamp") else have <= want
 
 
 DELETE_THREADS = 8  # a day of small ranges is thousands of folders; one DELETE at a time is minutes

@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from typing import Callable, Iterable
 
 from matos_dagster.core import faults
-from matos_dagster.core.erase import keys, ledger, request
+from matos_dagster.core.erase import keys, ledger, request, versions
 from matos_dagster.core.erase.rewrite import PartitionErased, erase_partition
 from matos_dagster.core.swift import incarnations, layout
 from matos_dagster.core.swift.archived import archived_partitions
@@ -73,6 +73,9 @@ def carry_out(request_id: str, store: Store, topics: dict[str, TopicConfig], sec
     missing = sorted(set(req.topics) - set(topics))
     if missing:
         raise request.RequestError(f"request {req.id} names topics the topics file lacks: {', '.join(missing)}")
+    kept = versions.refusal(store)  # before the ledger: a refused erasure changes nothing
+    if kept is not None:
+        raise request.RequestError(f"request {req.id}: {kept}")
     matcher = keys.Matcher(secret, frozenset(req.hashes))
     for t in sorted(req.topics):
         ledger.add(store, _prefix(store, topics[t]), t, req)

@@ -215,6 +215,13 @@ class Store:
             raise self._explain(e, "authenticate") from None
         return False
 
+    def container_headers(self) -> dict[str, str]:
+        """The container's HEAD headers, names in lower case (SwiftError, explained, if it cannot be read)."""
+        try:
+            return {k.lower(): v for k, v in self._conn.head_container(self.container).items()}
+        except Exception as e:
+            raise self._explain(e, "read container") from None
+
     def check(self) -> None:
         """Authenticate and make sure the container exists; create it private if missing."""
         if self.container_exists():

@@ -7,7 +7,7 @@ import pytest
 
 from matos_dagster.cli.common import Refused
 from matos_dagster.cli.forget import chosen_topics, gather_keys
-from matos_dagster.core.erase import keys, ledger
+from matos_dagster.core.erase import keys, ledger, versions
 from matos_dagster.core.swift import layout, manifest
 from matos_dagster.core.offsets.ranges import OffsetRange
 from matos_dagster.core.topic_set import TopicSet
@@ -94,3 +94,14 @@ def test_a_version_4_manifest_names_its_erased_offsets_inside_its_range():
         manifest.build(r, "parquet", [], erased=[10])
     with pytest.raises(manifest.ManifestError, match="list of offsets"):
         manifest.Manifest.from_json({**doc, "erased": ["2"]})
+
+
+@pytest.mark.parametrize("headers, kept", [
+    ({"x-versions-enabled": "True"}, "X-Versions-Enabled: true"),
+    ({"x-versions-location": "old"}, "X-Versions-Location: old"),
+    ({"x-history-location": "hist"}, "X-History-Location: hist"),
+    ({"x-versions-enabled": "false", "x-container-object-count": "3"}, None),
+    ({}, None),
+])
+def test_each_of_swifts_versioning_headers_is_what_keeps_old_versions(headers, kept):
+    assert versions.versioning(headers) == kept

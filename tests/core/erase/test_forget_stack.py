@@ -19,7 +19,7 @@ import time
 import uuid
 
 import pytest
-from helpers import produce, read_kafka, table_rows
+from helpers import produce, read_kafka, table_rows, user_env
 from typed_samples import retype
 
 from matos_dagster.core import reader
@@ -30,6 +30,8 @@ from matos_dagster.core.erase.run import carry_out
 from matos_dagster.core.monitor import report as monitor
 from matos_dagster.core.offsets.ranges import OffsetRange
 from matos_dagster.core.records.objects import decode
+from matos_dagster.core.restore.plan import Request as RestoreRequest
+from matos_dagster.core.restore.run import restore
 from matos_dagster.core.settings import PROJECT_ROOT
 from matos_dagster.core.swift import layout
 from matos_dagster.core.swift.archived import PartitionArchive
@@ -162,6 +164,100 @@ def test_a_key_spread_over_parquet_json_lines_typed_and_compacted_objects_is_gon
         assert KEY not in raw and KEY.hex().encode() not in raw
         everything = b"".join(store.get(o["name"]) for o in store.list(store.params.prefix + "/_erasure/"))
         assert KEY not in everything and KEY.hex().encode() not in everything
+
+
+def test_a_restore_of_a_range_with_erased_offsets_produces_every_other_record_in_order_and_none_of_the_key(
+        kafka, swift, spark, new_topic):
+    cfg = config(new_topic())
+    erased = load(kafka, cfg.name, 20)
+    with swift.store() as store:
+        archive(kafka, store, spark, cfg, 0, 20)
+        carry_out(ask(kafka, store, [cfg]), store, {cfg.name: cfg}, SECRET, run_id="r1")
+        target = new_topic()
+
+        report = restore(RestoreRequest(cfg.name, prefix(store, cfg), target=target), kafka, store, spark)
+
+    want = [r for r in read_kafka(kafka, cfg.name, 0) if r["key"] != KEY]
+    got = read_kafka(kafka, target, 0)
+    assert report.records == len(want) == 20 - len(erased)
+    assert [(r["key"], r["value"], r["headers"]) for r in got] == [(r["key"], r["value"], r["headers"]) for r in want]
+    # The target's offsets are its own (a transaction's commit marker takes one too): the erased
+    # records were not produced, so the records after them have lower offsets than in the source.
+    offsets = [r["offset"] for r in got]
+    assert offsets == sorted(set(offsets)) and offsets[-1] < want[-1]["offset"]
+
+
+def test_a_container_that_keeps_old_versions_is_refused_in_one_line_by_the_core_the_job_and_matos_forget_changing_nothing(
+        kafka, swift, spark, new_topic, kafka_server, swift_server, tmp_path):
+    from dagster import DagsterInstance
+
+    from matos_dagster.core.topic_set import TopicSet
+    from matos_dagster.jobs.forget import forget_job
+
+    cfg = config(new_topic())
+    load(kafka, cfg.name, 10)
+    with swift.store() as store:
+        archive(kafka, store, spark, cfg, 0, 10)
+        versions = f"{store.container}-versions"
+        store._conn.put_container(versions)
+        store._conn.post_container(store.container, {"X-History-Location": versions})
+        store.put("probe", b"old")
+        store.put("probe", b"new")  # Swift keeps the old content: what an erasure's rewrite would leave
+        assert [o["bytes"] for o in store._conn.get_container(versions)[1]] == [3]
+        store.delete("probe")
+        request_id = ask(kafka, store, [cfg])
+        before = sorted((o["name"], o["hash"]) for o in store.list(store.params.prefix + "/"))
+
+        with pytest.raises(request.RequestError) as refused:
+            carry_out(request_id, store, {cfg.name: cfg}, SECRET)
+        line = str(refused.value)
+        assert "\n" not in line and f"X-History-Location: {versions}" in line
+        assert "turn versioning off" in line and "the erased records would stay in them" in line
+        with DagsterInstance.ephemeral() as instance:
+            result = forget_job(TopicSet([cfg])).execute_in_process(
+                run_config={"ops": {"forget_keys": {"config": {"request": request_id}}}}, instance=instance,
+                resources={"swift": swift}, raise_on_error=False)
+        assert not result.success
+        assert line in str(result.failure_data_for_node("forget_keys").error.message)
+        env = user_env(tmp_path, kafka_server, swift_server, f"topics:\n  - name: {cfg.name}\n",
+                       container=store.container, **{keys.SETTING: SECRET})
+        cli = subprocess.run([sys.executable, "-m", "matos_dagster", "forget", "--topic", cfg.name, "--key",
+                              KEY.decode(), "--reason", "t"], env=env, capture_output=True, text=True, timeout=300)
+        assert cli.returncode == 2, cli.stderr[-3000:]
+        assert cli.stderr.strip().splitlines() == [f"python -m matos_dagster forget: {line.split(': ', 1)[1]}"]
+
+        # Nothing changed: no ledger, no new request, every object as it was.
+        assert sorted((o["name"], o["hash"]) for o in store.list(store.params.prefix + "/")) == before
+        assert store.get_json(layout.erasure_ledger_name(prefix(store, cfg), cfg.name)) is None
+        assert request.read(store, store.params.prefix, request_id) is not None
+
+
+def test_a_merge_after_the_request_entered_the_ledger_leaves_the_key_out_of_objects_that_still_hold_it(
+        kafka, swift, spark, new_topic):
+    cfg = config(new_topic())
+    erased = load(kafka, cfg.name, 40)
+    with swift.store() as store:
+        archive(kafka, store, spark, cfg, 0, 40)
+        # The request in the ledger, the erasure not run yet (its turn to come): every object holds the key.
+        req = request.read(store, store.params.prefix, ask(kafka, store, [cfg]))
+        ledger.add(store, prefix(store, cfg), cfg.name, req)
+
+        done = compact_topic(cfg, kafka.committed(cfg.name, [0], cfg.group), store, spark)
+
+        assert [g for p in done.partitions for g in p.groups] == [(0, 20), (20, 40)]
+        archive_ = PartitionArchive(store, prefix(store, cfg), cfg.name, 0)
+        merged = [archive_.read(e) for e in archive_.all()]
+        assert [(d["start"], d["end"]) for d in merged] == [(0, 20), (20, 40)]
+        for d in merged:
+            for o in d["objects"]:
+                assert KEY not in decode(store.get(o["name"]), "parquet")["key"].to_pylist(), o["name"]
+        assert [o for d in merged for o in d["erased"]] == erased
+        assert sum(d["records"] for d in merged) == 40 - len(erased)
+        want = [r for r in read_kafka(kafka, cfg.name, 0) if r["key"] != KEY]
+        got = table_rows(reader.read_table(store, prefix(store, cfg), cfg.name, partitions=[0]))
+        assert [(r["offset"], r["key"], r["value"]) for r in got] == [(r["offset"], r["key"], r["value"]) for r in want]
+        report = verify_topic(kafka, store, prefix(store, cfg), cfg, None)
+        assert report.ok, report.render()
 
 
 def test_a_range_archived_again_after_the_erasure_leaves_the_key_out(kafka, swift, spark, new_topic):
