@@ -12,7 +12,7 @@ from dagster import (
     asset,
 )
 
-from matos_dagster.core.archive.incarnation import current_incarnation
+from matos_dagster.core.archive.incarnation import current_incarnation, record_first_sight
 from matos_dagster.core.archive.range_run import Archived, DataLoss, RangeRefused, check, in_turn
 from matos_dagster.core.iceberg.hooks import TableState, table_state
 from matos_dagster.core.iceberg.plan import TableError
@@ -73,7 +73,7 @@ def archive_asset(topic: TopicConfig, names: Names = DEFAULT, group: str = "arch
             # Which log of the topic's name the key's range is of (a topic deleted and created again is a
             # new incarnation, archived under its own prefix): asked after the check, so that an unknown
             # topic is named as such; the offset read again if this run recorded a new incarnation.
-            inc = current_incarnation(kafka, store, topic, context.log.warning)
+            inc = current_incarnation(kafka, store, topic, context.log.warning, first_sight=False)
             if inc.number > 1:
                 checked = check(kafka, r, topic.group)
             prefix = inc.prefix(layout.join(store.params.prefix, topic.prefix))
@@ -90,6 +90,7 @@ def archive_asset(topic: TopicConfig, names: Names = DEFAULT, group: str = "arch
             first = offset_order.archive_first(r, offset_order.plan(r, topic, kafka, store, keys, checked.committed, prefix),
                                                archive, (RangeRefused, DataLoss), context.log.info, context.log.warning)
             done = archive(r)
+            record_first_sight(store, topic, inc)  # the topic's first log, once the input was good
             location = f"{store.url}/{store.container}/{done.manifest_name.rsplit('/', 1)[0]}/"
             table = _table_state(store, topic, r.partition, context.log.warning, inc.number)
         for note in [n for a in first.archived for n in a.notes] + done.notes:

@@ -363,7 +363,7 @@ def test_an_unknown_topic_or_waiting_without_a_daemon_is_refused_in_one_line_and
     assert p.returncode == 2, p.stdout + p.stderr
     assert p.stdout == ""
     assert p.stderr.strip() == (f"python -m matos_dagster backfill: topic 'nosuch' is not in the topics file "
-                                f"({tmp_path / 'topics.yaml'}): no name or pattern matches it; it has demo")
+                                f"{tmp_path / 'topics.yaml'} (MATOS_TOPICS_FILE): no name or pattern matches it; it has demo")
     # --wait with no daemon for the instance: the backfill would never start, so none is made.
     p = subprocess.run([*MATOS, "backfill", "demo", "--wait"], env=env, cwd=tmp_path, capture_output=True,
                        text=True, timeout=600)
