@@ -36,6 +36,7 @@ from helpers import check_archive, manifests, new_instance, produce, read_archiv
 from matos_dev.stack import process
 from matos_dev.stack.swift import SwiftServer
 
+from matos_dagster.core.archive.incarnation import current_incarnation
 from matos_dagster.core.archive.range_run import archive_range
 from matos_dagster.core.offsets.ranges import cut
 from matos_dagster.core.settings import PROJECT_ROOT
@@ -254,9 +255,11 @@ def dagster(env, cwd, *args) -> subprocess.CompletedProcess:
 
 def contents(store) -> dict[str, bytes]:
     """Every archived object and manifest, by name. The monitor's marks (`_monitor/`) are left
-    out: the CLI's materialisations run the monitor check, the local `archive_range` calls do not."""
+    out: the CLI's materialisations run the monitor check, the local `archive_range` calls do not;
+    and the record of the topic's incarnations, which says when each run first saw the topic."""
     _, items = store._conn.get_container(store.container, full_listing=True)
-    return {i["name"]: store.get(i["name"]) for i in items if "/_monitor/" not in i["name"]}
+    return {i["name"]: store.get(i["name"]) for i in items
+            if "/_monitor/" not in i["name"] and "/_incarnations/" not in i["name"]}
 
 
 def files_under(*roots: Path) -> dict[str, bytes]:
@@ -282,8 +285,9 @@ def test_a_standalone_cluster_archives_the_same_bytes_as_local_spark_and_never_s
     local_cfg = TopicConfig(name=topic, group=f"local-{uuid.uuid4().hex[:8]}",
                             slice_records=SLICE_RECORDS, max_range_records=MAX_RANGE_RECORDS)
     with swift.store() as store:
+        log = current_incarnation(kafka, store, local_cfg)  # the topic's log, as a run names it in manifests
         for r in ranges:
-            done = archive_range(r, local_cfg, kafka, store, spark)
+            done = archive_range(r, local_cfg, kafka, store, spark, incarnation=log)
             assert done.slices == 3
         assert check_archive(kafka, store, topic, local_cfg.group) == {p: per_partition for p in PARTS}
         local = contents(store)
