@@ -236,3 +236,20 @@ def output_dir(request) -> Path:
     path = OUTPUT / request.node.name
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+# --------------------------------------------------------------------------- Dagster's current storage
+
+
+@pytest.fixture(autouse=True)
+def _no_instance_left_current():
+    """Dagster makes an entered instance's state storage the current one (a context variable, read
+    whenever Definitions load), holding the instance by a weak reference. A test serving metrics
+    leaves it set once its instance is no longer used; when that instance is collected, every later
+    test loading Definitions fails with "Attempted to resolve undefined DagsterInstance weakref".
+    Each test starts with none current (Definitions then load without saved state, as outside a
+    deployment); a test that enters an instance sets its own."""
+    from dagster._core.storage.defs_state.base import _current_storage
+
+    _current_storage.set(None)
+    yield
