@@ -36,7 +36,7 @@ from typing import Any, Callable
 from matos_dagster.core import faults, tracing
 from matos_dagster.core.archive.commit import advance_many, restart
 from matos_dagster.core.archive.range_run import Archived, DataLoss, Overlaps, Planned, RangeRefused, plan, write_manifest
-from matos_dagster.core.archive.tasks import archive_slices, pack
+from matos_dagster.core.archive.tasks import archive_slices, one_line, pack
 from matos_dagster.core.iceberg.hooks import keep_table
 from matos_dagster.core.iceberg.plan import TableError
 from matos_dagster.core.kafka import many
@@ -184,7 +184,7 @@ class _Run:
             except Exception as e:  # noqa: BLE001 - the topic's ranges are not archived, the others go on
                 for o in self.outcomes:
                     if o.topic.name == name:
-                        o.error = _one_line(e)
+                        o.error = one_line(e)
 
     def incarnation(self, item: tuple[str, TopicConfig], store: Store) -> None:
         """Step 1b for one topic: which of its logs its ranges are archived as (core/swift/incarnations.py)."""
@@ -211,7 +211,7 @@ class _Run:
                                 {tp: self.marks[tp][0] for tp in tps})
         except Exception as e:  # noqa: BLE001 - this topic's ranges are not archived; the others go on
             for o in mine:
-                o.error = _one_line(e)
+                o.error = one_line(e)
             return
         with self.lock:
             self.incarnations[name] = inc
@@ -255,7 +255,7 @@ class _Run:
                     o.archived_over = e.span
                 continue
             except Exception as e:  # noqa: BLE001 - this range's, not the batch's: said, retried by a later run
-                o.error = _one_line(e)
+                o.error = one_line(e)
                 continue
             first = None
             if isinstance(p, Archived):
@@ -287,7 +287,7 @@ class _Run:
             try:
                 o.archived = write_manifest(p, objects, store, self.say, say_reader=False)
             except Exception as e:  # noqa: BLE001 - no manifest: the range is not archived, a later run writes it
-                o.error = _one_line(e)
+                o.error = one_line(e)
                 continue
             first = None
             with self.lock:
@@ -378,8 +378,3 @@ def _unknown(r: OffsetRange, existing: dict[str, list[int]]) -> str:
     if r.topic not in existing:
         return f"Kafka topic {r.topic!r} does not exist (deleted?); its archive stays as it is"
     return f"Kafka topic {r.topic!r} has no partition {r.partition}: it has partitions 0..{max(existing[r.topic])}"
-
-
-def _one_line(e: BaseException) -> str:
-    text = " ".join(str(e).split()) or type(e).__name__
-    return text if len(text) <= 500 else text[:497] + "..."

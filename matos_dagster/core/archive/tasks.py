@@ -49,12 +49,13 @@ def archive_slices(jobs: list[SliceJob]) -> list[list[dict] | dict]:
                 break
             except Exception as e:  # noqa: BLE001 - the slice's outcome; its range is retried by a later run
                 if attempt == SLICE_TRIES:
-                    out.append({"failed": f"slice {job.slice}: {_one_line(e)}"})
+                    out.append({"failed": f"slice {job.slice}: {one_line(e)}"})
                 else:
                     time.sleep(1.0)
     return out
 
 
-def _one_line(e: BaseException) -> str:
+def one_line(e: BaseException) -> str:
+    """An error as one line of at most 500 characters (a range's outcome, a slice's failure)."""
     text = " ".join(str(e).split()) or type(e).__name__
     return text if len(text) <= 500 else text[:497] + "..."
