@@ -10,12 +10,19 @@ partition (assets/archive.py) stops waiting for it.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
 from matos_dagster.core.runs import heartbeat
 from matos_dagster.dagster_compat import PARTITION_NAME_TAG
+
+
+# Held around each write of a run's tags from this process: Dagster's add_run_tags rewrites the run's
+# whole tag set from what it read, so a heartbeat written by `beating`'s thread beside a turn's claim
+# (turns.py) could undo it.
+TAGS = threading.Lock()
 
 
 @contextlib.contextmanager
@@ -27,7 +34,8 @@ def beating(instance: DagsterInstance, run_id: str, thresholds: heartbeat.Thresh
     """
 
     def beat(now: float) -> None:
-        instance.add_run_tags(run_id, {heartbeat.TAG: f"{now:.3f}"})
+        with TAGS:
+            instance.add_run_tags(run_id, {heartbeat.TAG: f"{now:.3f}"})
 
     def failed(e: Exception) -> None:
         warn(f"could not write this run's heartbeat ({type(e).__name__}: {e}); trying again in "
