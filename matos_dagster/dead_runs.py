@@ -21,8 +21,8 @@ from matos_dagster.dagster_compat import PARTITION_NAME_TAG
 
 # Held around each write of a run's tags from this process: Dagster's add_run_tags rewrites the run's
 # whole tag set from what it read, so a heartbeat written by `beating`'s thread beside a turn's claim
-# (turns.py) could undo it.
-TAGS = threading.Lock()
+# (turns.py) could undo it. Reentrant: a write's hook (a test's) may write tags itself.
+TAGS = threading.RLock()
 
 
 @contextlib.contextmanager
