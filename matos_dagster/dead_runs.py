@@ -29,8 +29,8 @@ TAGS = threading.RLock()
 def beating(instance: DagsterInstance, run_id: str, thresholds: heartbeat.Thresholds, warn):
     """While inside, the run's heartbeat tag is refreshed every `thresholds.every_s` by its own thread.
 
-    Write the run's other tags before entering: Dagster's add_run_tags rewrites the run's whole tag
-    set from what it read, so a tag written from another thread during a beat could be lost.
+    A tag the run writes while inside is written under TAGS, as the beat is: Dagster's add_run_tags
+    rewrites the run's whole tag set from what it read, so a tag written beside a beat could be lost.
     """
 
     def beat(now: float) -> None:
