@@ -17,7 +17,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from helpers import produce, read_kafka, table_rows
 
 from matos_dagster.core import reader
-from matos_dagster.core.archive.range_run import archive_range
+from matos_dagster.core.archive.batch import archive_batch
 from matos_dagster.core.erase import keys, registry_keys, request
 from matos_dagster.core.erase.run import carry_out
 from matos_dagster.core.offsets.ranges import OffsetRange
@@ -75,9 +75,11 @@ def test_a_decoded_key_matches_its_records_written_by_every_version_of_the_key_s
     assert len(raw) == 2 + 2 + 1  # the Avro subject's two versions; the JSON one in two spellings; Protobuf's
 
     with swift.store() as store:
-        for t, n in ((avro, len(avro_keys)), (js, len(json_keys)), (pb, len(pb_keys))):
-            # Archived untyped: matching is on the raw bytes, whatever columns the objects have.
-            archive_range(OffsetRange(t, 0, 0, n), dataclasses.replace(cfgs[t], key_format="none"), kafka, store, spark)
+        # Archived untyped, in one Spark job: matching is on the raw bytes, whatever columns the objects have.
+        archived = archive_batch([(OffsetRange(t, 0, 0, n), dataclasses.replace(cfgs[t], key_format="none"))
+                                  for t, n in ((avro, len(avro_keys)), (js, len(json_keys)), (pb, len(pb_keys)))],
+                                 kafka, store, spark)
+        assert all(o.ok for o in archived.outcomes)
         ends = {t: {0: kafka.watermarks(t, [0])[0][1]} for t in (avro, js, pb)}
         req = request.make(keys.erasure_key(SECRET), raw, "ticket 9", ends)
         request.write(store, store.params.prefix, req)
