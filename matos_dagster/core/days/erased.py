@@ -53,15 +53,24 @@ class Marks:
         self.store.put_json(self.name, doc)
 
 
+def pending(store: Store, prefix: str, topic: str) -> bool:
+    """Whether a marker waits for the topic's days (one small listing): the days sensor evaluates a
+    closed incarnation again for it."""
+    return next(iter(store.list(_folder(prefix, topic))), None) is not None
+
+
+def _folder(prefix: str, topic: str) -> str:
+    return layout.join(layout.topic_dir(prefix, topic), "_event_time", FOLDER) + "/"
+
+
 def apply(store: Store, prefix: str, topic: str, state: TopicTime, length_ms: int,
           rewrite: Callable[[str, dict], None]) -> list[str]:
     """Recount the windows the markers of finished erasures name; `rewrite(key, doc)`: a complete
     window's record changed (the caller writes it and journals it). The markers applied: the caller
     deletes them once its state is saved. Records of ranges the evaluation has not read yet are left
     to it (it reads the manifests as they are now), those without a timestamp are in no window."""
-    folder = layout.join(layout.topic_dir(prefix, topic), "_event_time", FOLDER) + "/"
     applied = []
-    for o in store.list(folder):
+    for o in store.list(_folder(prefix, topic)):
         doc = store.get_json(o["name"])
         if doc is None or store.head(doc["record"]) is None:
             continue  # the erasure is still going on: its ranges may not all be rewritten yet

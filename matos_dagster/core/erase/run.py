@@ -93,7 +93,8 @@ def carry_out(request_id: str, store: Store, topics: dict[str, TopicConfig], sec
             progress.setdefault(where, set()).update(offsets)
             request.write(store, base, replace(req, progress={k: sorted(v) for k, v in progress.items()}))
 
-        marks = erased_days.Marks(store, prefix, t, req.id, name, p)  # the days to count again
+        # The days to count again (a topic without windows has none).
+        marks = erased_days.Marks(store, prefix, t, req.id, name, p) if topics[t].time_window != "none" else None
         done = erase_partition(store, prefix, t, p, matcher, say, progress.get(where, ()), on_range, marks)
         done.incarnation = n
         forget_in_table(store, prefix, topics[t], p, n, f"run the forget job again with request {req.id}", say)
