@@ -106,14 +106,13 @@ def _forget(tables: Tables, prefix: str, topic: str, name: str, partition: int,
 def _older_snapshots(t, partition: int, spans: list[tuple[int, int]]) -> list:
     """The snapshots, other than the current one, that name a file of the partition inside `spans` that
     the current snapshot does not name: a file the erasure replaced (or an older one still)."""
+    from pyiceberg.conversions import from_bytes
     from pyiceberg.expressions import EqualTo
 
     current = t.current_snapshot().snapshot_id
     now = set(table_files(t, partition, 0, END))
     field_id = t.schema().find_field("offset").field_id
     ftype = t.schema().find_field("offset").field_type
-    from pyiceberg.conversions import from_bytes
-
     out = []
     for s in t.snapshots():
         if s.snapshot_id == current:
