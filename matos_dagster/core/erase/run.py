@@ -97,7 +97,8 @@ def carry_out(request_id: str, store: Store, topics: dict[str, TopicConfig], sec
         marks = erased_days.Marks(store, prefix, t, req.id, name, p) if topics[t].time_window != "none" else None
         done = erase_partition(store, prefix, t, p, matcher, say, progress.get(where, ()), on_range, marks)
         done.incarnation = n
-        forget_in_table(store, prefix, topics[t], p, n, f"run the forget job again with request {req.id}", say)
+        forget_in_table(store, prefix, topics[t], p, done.offsets, n, f"run the forget job again with request {req.id}",
+                        say)
         return done
 
     outcomes: list[PartitionErased] = []

@@ -3,7 +3,8 @@ the table reaches an erased record.
 
 The table's data files are the archive's objects (or, for an object of several days, copies of
 it by day beside the table: core/iceberg/days.py). After an erasure rewrote the partition's ranges
-(rewrite.py), for each range of the table whose manifest names erased offsets:
+(rewrite.py), for each range of the table that holds an offset the request erased (its manifest
+names it in `erased`):
 
 1. the table's files of the range are swapped for the range's objects now, in one commit, as
    compaction's replacement does (`Tables.replace`; a range whose objects all went has none to
@@ -20,8 +21,9 @@ same state, and a run with nothing left to do commits nothing. No Dagster import
 from __future__ import annotations
 
 import logging
+from bisect import bisect_left
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterable
 
 from matos_dagster.core.erase.rewrite import ErasureError
 from matos_dagster.core.iceberg import days, expiry
@@ -47,16 +49,19 @@ class TableForgotten:
     snapshots_expired: int = 0
 
 
-def forget_in_table(store: Store, prefix: str, topic, partition: int, incarnation: int = 1, again: str = "",
-                    say: Callable[[str], None] = log.info) -> TableForgotten | None:
-    """Steps 1-3 for the table of `topic`'s `incarnation` (whose archive is under `prefix`); None when
-    tables are off or the topic is not Parquet. The catalog or S3 failing: an ErasureError of one
-    line, ending with `again` (how to run the erasure again), with the archive already erased."""
-    if not enabled() or topic.format != "parquet":
+def forget_in_table(store: Store, prefix: str, topic, partition: int, offsets: Iterable[int], incarnation: int = 1,
+                    again: str = "", say: Callable[[str], None] = log.info) -> TableForgotten | None:
+    """Steps 1-3 for the table of `topic`'s `incarnation` (whose archive is under `prefix`), for the
+    ranges holding `offsets`: the request's erased offsets of the partition, this run's and those of
+    an earlier run of it. None when tables are off, the topic is not Parquet or no offset was erased.
+    The catalog or S3 failing: an ErasureError of one line, ending with `again` (how to run the
+    erasure again), with the archive already erased."""
+    offsets = sorted(set(offsets))
+    if not enabled() or topic.format != "parquet" or not offsets:
         return None
     name = table_name(topic.name, incarnation)
     try:
-        return _forget(Tables(store), prefix, topic.name, name, partition, say)
+        return _forget(Tables(store), prefix, topic.name, name, partition, offsets, say)
     except Exception as e:  # noqa: BLE001 - the catalog's, S3's or pyiceberg's own: one line, the re-run ends it
         what = str(e).splitlines()[0] if str(e) else ""
         raise ErasureError(f"{topic.name}/{partition}: the records are erased from the archive, but the Iceberg "
@@ -64,7 +69,7 @@ def forget_in_table(store: Store, prefix: str, topic, partition: int, incarnatio
                            f"MATOS_ICEBERG_CATALOG and MATOS_S3_*, then {again or 'run the erasure again'}") from None
 
 
-def _forget(tables: Tables, prefix: str, topic: str, name: str, partition: int,
+def _forget(tables: Tables, prefix: str, topic: str, name: str, partition: int, offsets: list[int],
             say: Callable[[str], None]) -> TableForgotten:
     out = TableForgotten(".".join(tables.identifier(name)))
     t = tables.table(name, create=False)
@@ -75,10 +80,11 @@ def _forget(tables: Tables, prefix: str, topic: str, name: str, partition: int,
         return out  # none of the partition in the table: catching up adds the objects as they are now
     archive = PartitionArchive(tables.store, prefix, topic, partition)
     erased = []
-    for e in archive.all():
-        if e.end > end:
-            break  # above the watermark: not in the table yet
-        doc = archive.read(e) if e.kind == RANGE else None
+    for e in archive.entries_from(offsets[0]):  # the ranges holding the offsets: a manifest read each
+        if e.end > end or e.start > offsets[-1]:
+            break  # above the watermark (not in the table yet), or past the offsets
+        held = bisect_left(offsets, e.start) < bisect_left(offsets, e.end)
+        doc = archive.read(e) if e.kind == RANGE and held else None
         if doc is not None and doc.get("erased"):
             erased.append(Manifest.from_json(doc))
     if not erased:

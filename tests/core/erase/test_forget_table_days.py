@@ -121,7 +121,7 @@ def test_after_an_erasure_no_table_file_copy_snapshot_or_day_holds_the_key_and_l
         assert KEY not in [r["key"] for r in table_rows(reader.read_table(store, prefix, cfg.name, partitions=[0]))]
         # Again: nothing left to do, no commit.
         snapshot = tables.table(cfg.name, create=False).current_snapshot().snapshot_id
-        again = forget_in_table(store, prefix, cfg, 0)
+        again = forget_in_table(store, prefix, cfg, 0, gone.partitions[0].offsets)
         assert (again.ranges, again.copies_deleted, again.snapshots_expired) == ([], 0, 0)
         assert tables.table(cfg.name, create=False).current_snapshot().snapshot_id == snapshot
 
