@@ -30,7 +30,7 @@ from matos_dagster.core.iceberg import days, expiry
 from matos_dagster.core.iceberg.access import enabled
 from matos_dagster.core.iceberg.hooks import table_name
 from matos_dagster.core.iceberg.queries import marks_of, table_files
-from matos_dagster.core.iceberg.table import Tables
+from matos_dagster.core.iceberg.table import COMMIT_TRIES, Tables
 from matos_dagster.core.swift import layout
 from matos_dagster.core.swift.archived import RANGE, PartitionArchive
 from matos_dagster.core.swift.manifest import Manifest
@@ -71,6 +71,8 @@ def forget_in_table(store: Store, prefix: str, topic, partition: int, offsets: I
 
 def _forget(tables: Tables, prefix: str, topic: str, name: str, partition: int, offsets: list[int],
             say: Callable[[str], None]) -> TableForgotten:
+    from pyiceberg.exceptions import CommitFailedException
+
     out = TableForgotten(".".join(tables.identifier(name)))
     t = tables.table(name, create=False)
     if t is None or t.current_snapshot() is None:
@@ -99,10 +101,15 @@ def _forget(tables: Tables, prefix: str, topic: str, name: str, partition: int, 
             if days.source_of(table_dir, o["name"]) not in listed:
                 tables.store.delete(o["name"])
                 out.copies_deleted += 1
-    t = tables.table(name, create=False)
-    old = _older_snapshots(t, partition, [(d.start, d.end) for d in erased])  # 3.
-    if old:
-        out.snapshots_expired = expiry.expire_these(t, old, strict=True).expired
+    for tries in range(COMMIT_TRIES):  # 3., again when another partition's run committed meanwhile
+        t = tables.table(name, create=False)
+        old = _older_snapshots(t, partition, [(d.start, d.end) for d in erased])
+        try:
+            out.snapshots_expired = expiry.expire_these(t, old, strict=True).expired
+            break
+        except CommitFailedException:
+            if tries == COMMIT_TRIES - 1:
+                raise
     if out.ranges or out.copies_deleted or out.snapshots_expired:
         say(f"{topic}/{partition}: table {out.table}: {len(out.ranges)} erased range(s) swapped in, "
             f"{out.copies_deleted} copy(ies) by day deleted, {out.snapshots_expired} older snapshot(s) expired")
