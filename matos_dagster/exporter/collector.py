@@ -1,6 +1,10 @@
 """The exporter's Prometheus collector: each scrape refreshes every component, waiting no longer than its timeout.
 
-A component (kafka, dagster) is refreshed in a thread of its own. What finished within the scrape's
+The components (kafka, dagster, and swift when the archive's Swift is given) are refreshed by a pool
+of two threads, whatever their number: Kafka's and Dagster's refreshes side by side, Swift's (at most
+once a minute, a listing or two) in whichever thread is free first. A thread per component was
+tried: with a third, CPython 3.11.7 ended the test session with "AST constructor recursion depth
+mismatch" (gh-106905: its AST builder's depth counter is shared by threads). What finished within the scrape's
 timeout is served fresh with `matos_up{component}` 1; what failed, or is still running when the
 timeout comes, is served as last known with `matos_up` 0 and `matos_scrape_errors_total` counted
 once; a refresh still running is not started again, the next scrape waits for the same one.
@@ -20,6 +24,7 @@ from matos_dagster.core.metrics.catalog import METRICS
 from matos_dagster.core.metrics.samples import Samples
 
 log = logging.getLogger(__name__)
+THREADS = 2  # the refresh threads, whatever the number of components (above)
 
 
 class Collector:
@@ -30,7 +35,8 @@ class Collector:
         self.errors = {name: 0 for name in components}
         self.took = {name: 0.0 for name in components}
         self.running: dict[str, concurrent.futures.Future] = {}
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=len(components), thread_name_prefix="matos-metrics")
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=min(THREADS, len(components)),
+                                                           thread_name_prefix="matos-metrics")
         self._lock = threading.Lock()
 
     def refresh(self) -> None:

@@ -25,8 +25,9 @@ def archived(kafka, swift, instance, new_topic):
 
 
 @pytest.fixture
-def served(kafka, instance, archived):
-    server = serve_metrics(archived.topics, kafka, instance=instance, address="127.0.0.1", port=0, timeout_s=30)  # a busy machine
+def served(kafka, swift, instance, archived):
+    server = serve_metrics(archived.topics, kafka, swift=swift, instance=instance, address="127.0.0.1", port=0,
+                           timeout_s=30)  # a busy machine
     try:
         yield archived, server
     finally:
