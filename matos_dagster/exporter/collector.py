@@ -1,13 +1,12 @@
 """The exporter's Prometheus collector: each scrape refreshes every component, waiting no longer than its timeout.
 
 The components (kafka, dagster, and swift when the archive's Swift is given) are refreshed by a pool
-of two threads, whatever their number: Kafka's and Dagster's refreshes side by side, Swift's (at most
-once a minute, a listing or two) in whichever thread is free first. A thread per component was
-tried: with a third, CPython 3.11.7 ended the test session with "AST constructor recursion depth
-mismatch" (gh-106905: its AST builder's depth counter is shared by threads). What finished within the scrape's
-timeout is served fresh with `matos_up{component}` 1; what failed, or is still running when the
-timeout comes, is served as last known with `matos_up` 0 and `matos_scrape_errors_total` counted
-once; a refresh still running is not started again, the next scrape waits for the same one.
+of two threads, whatever their number: Kafka's and Dagster's refreshes side by side, Swift's (a
+listing or two, at most once a minute) in whichever thread is free first, rather than in a thread
+kept for it. What finished within the scrape's timeout is served fresh with `matos_up{component}` 1;
+what failed, or is still running when the timeout comes, is served as last known with `matos_up` 0
+and `matos_scrape_errors_total` counted once; a refresh still running is not started again, the
+next scrape waits for the same one.
 """
 
 from __future__ import annotations
@@ -83,8 +82,12 @@ class Collector:
         self.refresh()
         return families(self.samples())
 
-    def close(self) -> None:
+    def close(self, wait_s: float = 10.0) -> None:
+        """No refresh starts any more; those running are waited for, `wait_s` at most: one reading the
+        Dagster instance when its owner disposes of it leaves connections that fail later, in the
+        garbage collector (logged with a traceback from whatever thread collects them)."""
         self._pool.shutdown(wait=False, cancel_futures=True)
+        concurrent.futures.wait(list(self.running.values()), timeout=wait_s)
 
 
 def families(samples: Samples):

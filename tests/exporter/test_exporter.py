@@ -59,7 +59,8 @@ def test_a_scrape_serves_the_last_known_values_with_up_0_when_kafka_does_not_ans
         s.bind(("127.0.0.1", 0))
         dead = s.getsockname()[1]
     side = server.collector.components["kafka"].__self__
-    side.kafka = KafkaResource(bootstrap_servers=f"127.0.0.1:{dead}", timeout_s=30)
+    # It gives up after 5 s: long after the scrape's timeout, and soon enough for the fixture's close to wait.
+    side.kafka = KafkaResource(bootstrap_servers=f"127.0.0.1:{dead}", timeout_s=5)
     server.collector.timeout_s = 1.0
     t0 = time.monotonic()
     text = scrape(server.url)

@@ -68,7 +68,9 @@ class ArchiveRecords:
                              if o.get("name", "").endswith(".json")]
                     for name in names:
                         if name not in self.records:
-                            self.records[name] = store.get_json(name) or {}
+                            doc = store.get_json(name)
+                            if doc is not None:  # else gone since the listing: not kept, so asked again
+                                self.records[name] = doc
                     listed[folder] = names
             self.listed, self.read_at = listed, time.monotonic()
         partitions = set(self.partitions())
