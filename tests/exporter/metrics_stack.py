@@ -108,7 +108,9 @@ def record_compact_run(instance: DagsterInstance, unmerged_from: dict[str, dict[
 
 
 def expiry_record(topic: str, expired: dict[int, int]) -> dict:
-    """An expiry by age's record, in the shape the exporter assumes (core/metrics/archive_records.py): an
-    erasure record's, with `records_expired` per partition."""
-    return {"id": uuid.uuid4().hex, "done_at": "2026-01-01T00:00:00Z",
-            "topics": {topic: {str(p): {"records_expired": n} for p, n in expired.items()}}}
+    """An expiry run's record, as expiry by age writes it when done: per topic its settings and, per
+    partition, the records expired (and more the exporter does not read)."""
+    return {"id": uuid.uuid4().hex, "done_at": "2026-01-01T00:00:00Z", "records_expired": sum(expired.values()),
+            "topics": {topic: {"retention_days": 30, "stamped_before": 0,
+                               "partitions": {str(p): {"records_expired": n, "objects_deleted": []}
+                                              for p, n in expired.items()}}}}

@@ -1,8 +1,8 @@
 """The exporter's reading of the archive's own records in Swift: the records erased and expired, per partition.
 
 An erasure, once done, writes its record (`<prefix>/_erasure/records/<id>.json`, core/erase/run.py's
-`record_of`); an expiry by age writes one too (`<prefix>/_expiry/records/<id>.json`, of the same shape,
-`records_expired` per partition). These records, not the manifests, are what is read: a listing of
+`record_of`); an expiry run by age writes one too (`<prefix>/_expiry/records/<id>.json`, with
+`records_expired` per partition of each topic: `counted` reads both shapes). These records, not the manifests, are what is read: a listing of
 each folder (a few objects: one per erasure or expiry ever done) and a GET of each record not seen
 before, kept by name since a record is written once, when its work is done. The manifests' `erased`
 lists would say the same only after listing and reading every manifest of every partition, which
@@ -35,15 +35,20 @@ KINDS = (
 
 
 def counted(records: Collection[dict], field: str) -> dict[TP, int]:
-    """`field` summed per (topic, partition) over records of `record_of`'s shape:
-    `{"topics": {"<topic>[/incarnation=<n>]": {"<partition>": {field: n, ...}}}}`."""
+    """`field` summed per (topic, partition) over records of an erasure's shape (`record_of`):
+    `{"topics": {"<topic>[/incarnation=<n>]": {"<partition>": {field: n, ...}}}}`, or an expiry's, whose
+    topic holds its settings beside `"partitions": {"<partition>": {field: n, ...}}`."""
     out: dict[TP, int] = {}
     for record in records:
         for label, parts in (record.get("topics") or {}).items():
             topic = label.split("/incarnation=")[0]
-            for p, entry in (parts or {}).items():
-                tp = (topic, int(p))
-                out[tp] = out.get(tp, 0) + int((entry or {}).get(field) or 0)
+            parts = parts or {}
+            if isinstance(parts.get("partitions"), dict):
+                parts = parts["partitions"]
+            for p, entry in parts.items():
+                if str(p).isdigit() and isinstance(entry, dict):
+                    tp = (topic, int(p))
+                    out[tp] = out.get(tp, 0) + int(entry.get(field) or 0)
     return out
 
 

@@ -41,4 +41,7 @@ def test_records_are_summed_per_partition_over_every_record_and_every_log_of_the
         {},  # a record of another kind of work: nothing of this
     ]
     assert counted(records, "records_erased") == {("orders", 0): 7, ("orders", 1): 0, ("other", 3): 5}
-    assert counted([{"topics": {"orders": {"2": {"records_expired": 9}}}}], "records_expired") == {("orders", 2): 9}
+    # An expiry run's record: per topic, its settings beside its partitions.
+    expiry = {"records_expired": 9, "topics": {"orders": {"retention_days": 30, "stamped_before": 1,
+                                                          "partitions": {"2": {"records_expired": 9}}}}}
+    assert counted([expiry], "records_expired") == {("orders", 2): 9}
