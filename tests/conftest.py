@@ -14,6 +14,7 @@ it is named, stopped, and the session fails.
 
 from __future__ import annotations
 
+import gc
 import itertools
 import os
 import signal
@@ -97,6 +98,12 @@ def _stop_leftovers(leftovers: dict[int, str]) -> dict[int, str]:
 @pytest.hookimpl(trylast=True)  # after pytest's own, which tears down what is left
 def pytest_sessionfinish(session, exitstatus):
     """After every fixture is torn down: fail the session if any process of it still runs."""
+    # Finalise the session's garbage now, before the terminal summary imports (and pytest rewrites,
+    # parsing it with `ast`) the modules a plugin loads late (hypothesis'): a finalizer that logs a
+    # traceback (SQLAlchemy's, for a connection of a disposed instance) run by a collection inside
+    # that parse parses too, and CPython 3.11's AST builder then fails the session with
+    # "AST constructor recursion depth mismatch".
+    gc.collect()
     if "pyspark" in sys.modules:  # a classic Spark some test made without the fixture
         stop_local_spark()
     deadline = time.monotonic() + 30  # a server stopped just now may take a moment to exit

@@ -12,16 +12,18 @@ from matos_dagster.exporter import DEFAULT_PORT
 
 DESCRIPTION = ("Serve the archive's metrics in Prometheus' text format on http://ADDRESS:PORT/metrics (https with "
                "--tls-cert): per partition the offsets, the lag in records and in seconds, what was archived, the "
-               "monitor's verdict; per archive the ranges requested, archived and failed, the runs and the sensors' "
-               "ticks (docs/reference/metrics.md). Each scrape asks Kafka a few batched requests and reads Dagster's "
-               "storage; what does not answer within --timeout is served as last known with matos_up 0.")
+               "monitor's verdict, the records erased and expired; per archive the ranges requested, archived and "
+               "failed, the runs, the sensors' ticks and the compaction backlog (docs/reference/metrics.md). Each "
+               "scrape asks Kafka a few batched requests and reads Dagster's storage (Swift's erasure and expiry "
+               "records at most once a minute); what does not answer within --timeout is served as last known "
+               "with matos_up 0.")
 
 
 def add_arguments(c: argparse.ArgumentParser) -> None:
     c.add_argument("--port", type=int, default=DEFAULT_PORT, help="the port to listen on")
     c.add_argument("--address", default="0.0.0.0", help="the address to listen on (127.0.0.1: this machine only)")
     c.add_argument("--timeout", type=float, default=5.0,
-                   help="seconds a scrape waits for Kafka and Dagster before serving the last known values")
+                   help="seconds a scrape waits for Kafka, Dagster and Swift before serving the last known values")
     c.add_argument("--tls-cert", metavar="FILE", help="serve https with this certificate (PEM; the chain after it)")
     c.add_argument("--tls-key", metavar="FILE", help="the certificate's private key (PEM), if not in --tls-cert")
     c.add_argument("--user", help="require HTTP basic authentication as this user")
@@ -55,9 +57,12 @@ def run(args: argparse.Namespace) -> int:
     chosen = archive.current()
 
     try:
-        server = serve_metrics(chosen.topic_set, chosen.resource("kafka"), name=chosen.names.archive, address=args.address,
-                               port=args.port, timeout_s=args.timeout, tls_cert=args.tls_cert, tls_key=args.tls_key,
-                               user=args.user, password=password)
+        server = serve_metrics(chosen.topic_set, chosen.resource("kafka"), swift=chosen.resource("swift"),
+                               name=chosen.names.archive, address=args.address, port=args.port,
+                               timeout_s=args.timeout, tls_cert=args.tls_cert, tls_key=args.tls_key, user=args.user,
+                               password=password)
+    except ValueError as e:  # a Swift setting (SwiftResource.params says which)
+        raise Refused(str(e)) from None
     except OSError as e:
         raise Refused(f"cannot listen on {args.address}:{args.port} ({e.strerror or e}): choose another --port "
                       "or --address") from None

@@ -1,9 +1,12 @@
 """The exporter's Prometheus collector: each scrape refreshes every component, waiting no longer than its timeout.
 
-A component (kafka, dagster) is refreshed in a thread of its own. What finished within the scrape's
-timeout is served fresh with `matos_up{component}` 1; what failed, or is still running when the
-timeout comes, is served as last known with `matos_up` 0 and `matos_scrape_errors_total` counted
-once; a refresh still running is not started again, the next scrape waits for the same one.
+The components (kafka, dagster, and swift when the archive's Swift is given) are refreshed by a pool
+of two threads, whatever their number: Kafka's and Dagster's refreshes side by side, Swift's (a
+listing or two, at most once a minute) in whichever thread is free first, rather than in a thread
+kept for it. What finished within the scrape's timeout is served fresh with `matos_up{component}` 1;
+what failed, or is still running when the timeout comes, is served as last known with `matos_up` 0
+and `matos_scrape_errors_total` counted once; a refresh still running is not started again, the
+next scrape waits for the same one.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from matos_dagster.core.metrics.catalog import METRICS
 from matos_dagster.core.metrics.samples import Samples
 
 log = logging.getLogger(__name__)
+THREADS = 2  # the refresh threads, whatever the number of components (above)
 
 
 class Collector:
@@ -30,7 +34,8 @@ class Collector:
         self.errors = {name: 0 for name in components}
         self.took = {name: 0.0 for name in components}
         self.running: dict[str, concurrent.futures.Future] = {}
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=len(components), thread_name_prefix="matos-metrics")
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=min(THREADS, len(components)),
+                                                           thread_name_prefix="matos-metrics")
         self._lock = threading.Lock()
 
     def refresh(self) -> None:
@@ -77,8 +82,12 @@ class Collector:
         self.refresh()
         return families(self.samples())
 
-    def close(self) -> None:
+    def close(self, wait_s: float = 10.0) -> None:
+        """No refresh starts any more; those running are waited for, `wait_s` at most: one reading the
+        Dagster instance when its owner disposes of it leaves connections that fail later, in the
+        garbage collector (logged with a traceback from whatever thread collects them)."""
         self._pool.shutdown(wait=False, cancel_futures=True)
+        concurrent.futures.wait(list(self.running.values()), timeout=wait_s)
 
 
 def families(samples: Samples):

@@ -1,10 +1,11 @@
 """The exporter's reading of Dagster's storage: the sensors' cursors and ticks, the monitor's latest
-verdicts and the archive's batch runs.
+verdicts, the archive's batch runs and its compact runs (where each partition's unmerged ranges begin).
 
 Nothing here reads Swift, and nothing reads more of Dagster than the monitor does: one query of
 the sensors' states, one of each sensor's latest ticks, one of the latest verdicts of every topic,
 two counts and two queries of runs (those created and those ended since the last refresh), and the
-materialisations of each run that ended since (a few per refresh). The counters count what
+materialisations of each run that ended since (a few per refresh); one query of the compact runs
+ended since, and the outputs of those (one an hour, on the default schedule). The counters count what
 happened since the exporter started, as a Prometheus counter does (`rate()` takes restarts).
 """
 
@@ -17,6 +18,7 @@ from typing import Callable, Sequence
 from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter
 
 from matos_dagster.assets.monitor import latest_verdicts
+from matos_dagster.core.metrics import compaction
 from matos_dagster.core.metrics.samples import Samples
 from matos_dagster.core.monitor.report import ERROR, OK, WARN
 from matos_dagster.core.offsets.ranges import parse_key
@@ -31,6 +33,7 @@ VERDICT = {OK: 0, WARN: 1, ERROR: 2}
 _QUEUED = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING]
 _GOING = [DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]
 _ENDED = [DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED]
+COMPACT_RUNS_FIRST = 20
 
 
 def _spans_length(text: str) -> int:
@@ -60,11 +63,15 @@ class DagsterSide:
         self.bytes: dict[tuple[str, int], int] = {}
         self.newest: dict[tuple[str, int], tuple[int, float]] = {}  # partition -> (last offset, archived at)
         self.newest_read = False
+        self.unmerged: dict[tuple[str, int], int] = {}  # partition -> unmerged_from of its latest compact run
+        self.compact_seen: set[str] = set()
+        self.compact_until: float | None = None  # None: the latest compact runs are read first
 
     def read(self, now: float | None = None) -> Samples:
         now = time.time() if now is None else now
         out = Samples()
         self._sensors(out, now)
+        self._compact_runs(now)
         self._verdicts(out, now)
         self._runs(out, now)
         self._windows(out)
@@ -127,6 +134,35 @@ class DagsterSide:
                 out.set("matos_undecodable_records", labels, d.get("not_decoded") or 0)
                 out.set("matos_lost_offsets", labels, _spans_length(d.get("lost") or ""))
                 out.set("matos_acknowledged_lost_offsets", labels, _spans_length(d.get("acknowledged_loss") or ""))
+            state = getattr(meta.get("archive_state"), "value", None)
+            if isinstance(state, dict):
+                unmerged = {p: at for (t, p), at in self.unmerged.items() if t == topic}
+                n = compaction.backlog(state, unmerged)
+                if n is not None:
+                    out.set("matos_compaction_backlog_offsets", (a, topic), n)
+
+    # The compact runs: where each partition's unmerged ranges begin (core/metrics/compaction.py).
+    def _compact_runs(self, now: float) -> None:
+        job = {"job_name": self.names.of("compact"), "statuses": [DagsterRunStatus.SUCCESS],
+               "tags": self.names.run_tags}
+        if self.compact_until is None:
+            # Before any: the latest runs, enough for a scheduled run of every topic among runs of one.
+            records = self.instance.get_run_records(RunsFilter(**job), limit=COMPACT_RUNS_FIRST)
+        else:  # then those ended since a little before the last refresh, as the batch runs
+            after = datetime.datetime.fromtimestamp(self.compact_until - 60, datetime.timezone.utc)
+            records = self.instance.get_run_records(RunsFilter(**job, updated_after=after))
+        self.compact_until = now
+        seen_before, self.compact_seen = self.compact_seen, {r.dagster_run.run_id for r in records}
+        for record in sorted(records, key=lambda r: r.end_time or 0):  # the latest last
+            if record.dagster_run.run_id in seen_before:
+                continue
+            for r in self.instance.get_records_for_run(record.dagster_run.run_id,
+                                                       of_type=DagsterEventType.STEP_OUTPUT).records:
+                event = r.event_log_entry.dagster_event
+                value = event.step_output_data.metadata.get("unmerged_from") if event is not None else None
+                for topic, parts in (getattr(value, "value", None) or {}).items():
+                    for p, at in parts.items():
+                        self.unmerged[(topic, int(p))] = int(at)
 
     # The archive's batch runs.
     def _runs(self, out: Samples, now: float) -> None:

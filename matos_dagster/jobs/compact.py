@@ -93,7 +93,7 @@ def compact_job(topics, names: Names = DEFAULT) -> JobDefinition:
                         context.log.info(f"{topic.name}/{p.partition}: {note}")
                 dones.append(done)
         total = Compacted(config.topic or "*", [p for d in dones for p in d.partitions], sum(d.duration_s for d in dones))
-        return Output(total.total("ranges_merged"), metadata=metadata(total))
+        return Output(total.total("ranges_merged"), metadata=metadata(total, dones))
 
     @job(name=names.of("compact"), executor_def=in_process_executor, tags={"kind": "compaction", **names.run_tags},
          description="Compact a topic's archive: small ranges become large objects, exactly once.")
@@ -117,7 +117,9 @@ def compact_schedule(job_def: JobDefinition, cron: str, names: Names = DEFAULT) 
     return _schedule
 
 
-def metadata(done: Compacted) -> dict:
+def metadata(done: Compacted, per_topic: list[Compacted] = ()) -> dict:
+    """`per_topic`: each topic's result: where each partition's unmerged ranges begin (`unmerged_from`),
+    which the metrics exporter reads from the run to count the compaction backlog, not from Swift."""
     return {
         "ranges_merged": MetadataValue.int(done.total("ranges_merged")),
         "ranges_written": MetadataValue.int(sum(len(p.groups) for p in done.partitions)),
@@ -129,4 +131,6 @@ def metadata(done: Compacted) -> dict:
         "replaced_folders_deleted": MetadataValue.int(done.total("folders_deleted")),
         "duration_s": MetadataValue.float(round(done.duration_s, 3)),
         "ranges": MetadataValue.json({str(p.partition): [list(g) for g in p.groups] for p in done.partitions}),
+        "unmerged_from": MetadataValue.json({d.topic: {str(p.partition): p.unmerged_from for p in d.partitions
+                                                       if p.unmerged_from is not None} for d in per_topic}),
     }

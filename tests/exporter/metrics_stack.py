@@ -8,7 +8,10 @@ import time
 import urllib.request
 import uuid
 
-from dagster import AssetMaterialization, DagsterInstance, build_sensor_context
+from dagster import (AssetMaterialization, DagsterInstance, DagsterRun, DagsterRunStatus, MetadataValue,
+                     build_sensor_context)
+from dagster._core.events import DagsterEvent, DagsterEventType, StepOutputData
+from dagster._core.execution.plan.outputs import StepOutputHandle
 from dagster._core.remote_origin import RegisteredCodeLocationOrigin, RemoteInstigatorOrigin, RemoteRepositoryOrigin
 from dagster._core.scheduler.instigation import (InstigatorState, InstigatorStatus, InstigatorType,
                                                    SensorInstigatorData, TickData, TickStatus)
@@ -92,3 +95,22 @@ def record_tick(instance: DagsterInstance, sensor: str, cursor: str | None, took
                                   instigator_type=InstigatorType.SENSOR, status=TickStatus.SKIPPED,
                                   timestamp=end - took_s, end_timestamp=end, selector_id=state.selector_id,
                                   skip_reason="recorded by the test", cursor=cursor))
+
+
+def record_compact_run(instance: DagsterInstance, unmerged_from: dict[str, dict[str, int]]) -> None:
+    """A compact run that succeeded, its output's metadata saying where each partition's unmerged ranges
+    begin (jobs/compact.py writes `unmerged_from` so), as Dagster records a run's output."""
+    run = instance.add_run(DagsterRun(job_name="compact", run_id=str(uuid.uuid4()), status=DagsterRunStatus.SUCCESS))
+    output = StepOutputData(StepOutputHandle("compact_archive", "result"),
+                            metadata={"unmerged_from": MetadataValue.json(unmerged_from)})
+    instance.report_dagster_event(DagsterEvent(DagsterEventType.STEP_OUTPUT.value, "compact",
+                                               step_key="compact_archive", event_specific_data=output), run.run_id)
+
+
+def expiry_record(topic: str, expired: dict[int, int]) -> dict:
+    """An expiry run's record, as expiry by age writes it when done: per topic its settings and, per
+    partition, the records expired (and more the exporter does not read)."""
+    return {"id": uuid.uuid4().hex, "done_at": "2026-01-01T00:00:00Z", "records_expired": sum(expired.values()),
+            "topics": {topic: {"retention_days": 30, "stamped_before": 0,
+                               "partitions": {str(p): {"records_expired": n, "objects_deleted": []}
+                                              for p, n in expired.items()}}}}

@@ -13,12 +13,16 @@ import urllib.error
 import pytest
 from dagster import DagsterRun, DagsterRunStatus
 from helpers import missing
-from metrics_stack import AGE_S, of, record_tick, scrape, values
+from metrics_stack import AGE_S, expiry_record, of, record_compact_run, record_tick, scrape, values
 from prometheus_client.parser import text_string_to_metric_families
 
+from matos_dagster.core.erase import keys, request
+from matos_dagster.core.erase.rewrite import PartitionErased
+from matos_dagster.core.erase.run import record_of
 from matos_dagster.core.offsets.ranges import OffsetRange
 from matos_dagster.core.runs import estate, heartbeat, policy
 from matos_dagster.core.runs.policy import PartitionState
+from matos_dagster.core.swift import layout
 from matos_dagster.dagster_compat import RUN_KEY_TAG
 from matos_dagster.exporter import serve_metrics
 from matos_dagster.resources import KafkaResource
@@ -55,7 +59,8 @@ def test_a_scrape_serves_the_last_known_values_with_up_0_when_kafka_does_not_ans
         s.bind(("127.0.0.1", 0))
         dead = s.getsockname()[1]
     side = server.collector.components["kafka"].__self__
-    side.kafka = KafkaResource(bootstrap_servers=f"127.0.0.1:{dead}", timeout_s=30)
+    # It gives up after 5 s: long after the scrape's timeout, and soon enough for the fixture's close to wait.
+    side.kafka = KafkaResource(bootstrap_servers=f"127.0.0.1:{dead}", timeout_s=5)
     server.collector.timeout_s = 1.0
     t0 = time.monotonic()
     text = scrape(server.url)
@@ -144,3 +149,42 @@ def test_batch_runs_created_and_ended_since_the_exporter_started_are_counted_onc
         assert of(vals, "matos_runs_dead_total") == 1
         assert of(vals, "matos_runs", state="queued") == 1 and of(vals, "matos_runs", state="in_progress") == 1
         assert of(vals, "matos_archived_records_total", topic=archived.topic, partition=0) == 0
+
+
+def test_the_records_erased_and_expired_are_counted_per_partition_from_the_archives_records(served, swift):
+    archived, server = served
+    t = archived.topic
+    scrape(server.url)  # the partitions Kafka has, found
+    first = values(scrape(server.url))
+    assert [of(first, "matos_records_erased_total", topic=t, partition=p) for p in (0, 1)] == [0, 0]
+    assert not [k for k in first if k[0] == "matos_records_expired_total"], "none expired: no series"
+    # Two erasures' records, as the forget job writes them when done (core/erase/run.py): the second
+    # also erased a record of partition 0 in an earlier log of the topic. And an expiry's record.
+    with swift.store() as store:
+        base = store.params.prefix
+        for offsets, earlier in (({1, 3}, []), ({5}, [PartitionErased(t, 0, {0}, incarnation=2)])):
+            req = request.make(keys.erasure_key("an erasure key for the tests, 32b"), [b"alice"], "ticket", {t: {0: 6}})
+            outcomes = [PartitionErased(t, 0, offsets), PartitionErased(t, 1, set()), *earlier]
+            store.put_json(layout.erasure_record_name(base, req.id), record_of(req, "run", outcomes))
+        store.put_json(layout.join(base, "_expiry", "records", "e1.json"), expiry_record(t, {1: 7}))
+    cached = values(scrape(server.url))  # Swift's records are listed at most once a minute
+    assert of(cached, "matos_records_erased_total", topic=t, partition=0) == 0
+    server.collector.components["swift"].__self__.read_at = float("-inf")  # a minute later
+    vals = values(scrape(server.url))
+    assert of(vals, "matos_records_erased_total", topic=t, partition=0) == 2 + 1 + 1
+    assert of(vals, "matos_records_erased_total", topic=t, partition=1) == 0
+    assert of(vals, "matos_records_expired_total", topic=t, partition=1) == 7
+    assert not [k for k in vals if k[0] == "matos_records_expired_total" and ("partition", "0") in k[1]]
+    assert of(vals, "matos_up", component="swift") == 1
+
+
+def test_the_compaction_backlog_counts_from_where_the_latest_compact_run_left_each_partition_unmerged(
+        served, instance):
+    archived, server = served
+    t = archived.topic
+    # No compact run yet: partition 0's archive, [0, 6) and committed, is all unmerged; 1 committed nothing.
+    assert of(values(scrape(server.url)), "matos_compaction_backlog_offsets", topic=t) == 6
+    record_compact_run(instance, {t: {"0": 4}})  # it merged [0, 4): the ranges from 4 on wait
+    assert of(values(scrape(server.url)), "matos_compaction_backlog_offsets", topic=t) == 6 - 4
+    record_compact_run(instance, {t: {"0": 6}, "another": {"0": 2}})
+    assert of(values(scrape(server.url)), "matos_compaction_backlog_offsets", topic=t) == 0

@@ -15,9 +15,10 @@ import pytest
 import yaml
 from helpers import missing
 from matos_dev.stack.process import free_port
-from metrics_stack import record_tick
+from metrics_stack import expiry_record, record_tick
 
 from matos_dagster.core.settings import PROJECT_ROOT
+from matos_dagster.core.swift import layout
 
 DEPLOY = PROJECT_ROOT / "deploy"
 RULES = DEPLOY / "prometheus" / "matos-rules.yml"
@@ -89,13 +90,16 @@ def wait_until(what: str, get, timeout: float, log):
 
 
 def test_a_real_prometheus_fires_the_lag_alert_of_a_stalled_topic_and_answers_every_dashboard_query(
-        served, instance, tmp_path):
+        served, instance, swift, tmp_path):
     prometheus = need("prometheus")
     archived, server = served
     # The sensors have ticked (the dashboard shows their ticks), and then nothing archives the topic:
     # its records, stamped 10 minutes ago, wait beyond its batch age (60 s) plus the rule's 5 minutes.
     record_tick(instance, "lag", None, took_s=0.5, ago_s=5)
     record_tick(instance, "monitor", None, took_s=2.0, ago_s=5)
+    with swift.store() as store:  # an expiry's record (the records erased are served at 0)
+        store.put_json(layout.join(store.params.prefix, "_expiry", "records", "e1.json"),
+                       expiry_record(archived.topic, {0: 3}))
     rules = tmp_path / "rules.yml"
     rules.write_text(shortened(RULES.read_text()))
     port = free_port()

@@ -73,7 +73,9 @@ def estate(stack, tmp: Path, n_topics: int, per_topic: int) -> dict[str, str]:
     say(f"{n_topics} topics of {per_topic} partitions, {len(done.evaluations)} verdicts")
     return {**os.environ, "DAGSTER_HOME": str(home), "MATOS_TOPICS_FILE": str(topics_yaml),
             "MATOS_KAFKA_GROUP": group, "MATOS_KAFKA_BOOTSTRAP_SERVERS": stack.bootstrap,
-            "MATOS_SWIFT_AUTH_URL": stack.swift_server.auth_url}
+            "MATOS_SWIFT_AUTH_URL": stack.swift_server.auth_url, "MATOS_SWIFT_USER": stack.swift_server.user,
+            "MATOS_SWIFT_KEY": stack.swift_server.key, "MATOS_SWIFT_CONTAINER": swift.container,
+            "MATOS_SWIFT_PREFIX": swift.prefix}  # the exporter lists the erasure and expiry records
 
 
 def scrape(url: str) -> tuple[float, str]:

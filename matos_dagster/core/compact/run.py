@@ -70,6 +70,10 @@ class PartitionResult:
     records: int = 0
     folders_deleted: int = 0
     notes: list[str] = field(default_factory=list)
+    # Where the partition's ranges not merged yet begin after this run (those waiting for more ranges,
+    # too young, or left by max_groups or a race): the metrics exporter's compaction backlog counts
+    # from here to the committed offset. None: nothing committed, no walk.
+    unmerged_from: int | None = None
 
 
 @dataclass
@@ -216,9 +220,11 @@ def compact_partition(
     # The cursor: where the next walk must start to see every group still to compact and every
     # folder still to delete. Only ever a group boundary, and only ever moved forward.
     resume = p.resume if p.resume is not None else (members[-1].end if members else start)
-    for other in (pending_cleanup, unswitched):
-        if other is not None:
-            resume = min(resume, other)
+    if unswitched is not None:
+        resume = min(resume, unswitched)
+    res.unmerged_from = resume  # the replaced folders still to delete are merged already
+    if pending_cleanup is not None:
+        resume = min(resume, pending_cleanup)
     if resume > start:
         store.put_json(state_name, {"from": resume, "topic": topic.name, "partition": partition})
     return res

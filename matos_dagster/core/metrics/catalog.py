@@ -30,6 +30,7 @@ CURSOR = "the lag sensor's cursor and ticks"
 VERDICT = "the monitor's latest verdict"
 RUNS = "Dagster's run storage (runs ended since the exporter started)"
 EXPORTER = "the exporter itself"
+RECORDS = "the archive's erasure and expiry records in Swift (listed at most once a minute)"
 
 METRICS: list[Metric] = [
     Metric("matos_log_start_offset", "gauge", PARTITION, "Log start offset of the partition in Kafka.", KAFKA),
@@ -61,6 +62,11 @@ METRICS: list[Metric] = [
            "acknowledged yet (`matos acknowledge-loss`).", VERDICT),
     Metric("matos_acknowledged_lost_offsets", "gauge", PARTITION, "Offsets recorded as lost in the archive "
            "(acknowledged).", VERDICT),
+    Metric("matos_records_erased_total", "counter", PARTITION, "Records erased from the partition's archive by "
+           "`matos forget` (in every log the topic's name had), from the erasures' records; 0 where none was.",
+           RECORDS),
+    Metric("matos_records_expired_total", "counter", PARTITION, "Records removed from the partition's archive by "
+           "expiry by age, from the expiries' records; served for the partitions where some expired.", RECORDS),
     Metric("matos_waiting_for_operator", "gauge", PARTITION, "1 when the lag sensor no longer requests the "
            "partition's failed range by itself: an operator must fix the cause and re-run it.", CURSOR),
     Metric("matos_ranges_requested_total", "counter", ARCHIVE, "Ranges requested in the archive's batch runs "
@@ -80,12 +86,18 @@ METRICS: list[Metric] = [
     Metric("matos_windows_complete_until_timestamp_seconds", "gauge", TOPIC, "End of the newest complete day (or "
            "hour) of a topic with time windows: its window asset's latest materialised partition (Unix time).",
            "the window assets' latest materialisations"),
+    Metric("matos_compaction_backlog_offsets", "gauge", TOPIC, "Offsets archived and committed that compaction "
+           "has not merged yet, summed over the topic's partitions: from where the latest compact run left each "
+           "partition's unmerged ranges (its first archived offset before any) to its committed offset. Bounded "
+           "while compaction runs; growing when it does not.", "the compact runs' outputs and the monitor's latest "
+           "verdict"),
     Metric("matos_sensor_tick_duration_seconds", "gauge", ("archive", "sensor"), "Duration of the sensor's latest "
            "finished tick (lag, monitor).", CURSOR),
     Metric("matos_sensor_tick_age_seconds", "gauge", ("archive", "sensor"), "Age of the sensor's latest finished "
            "tick: how fresh what it decided is.", CURSOR),
     Metric("matos_up", "gauge", ("archive", "component"), "1 when the exporter's last refresh of the component "
-           "(kafka, dagster) succeeded within the scrape timeout; 0: the values served are the last known.", EXPORTER),
+           "(kafka, dagster, swift) succeeded within the scrape timeout; 0: the values served are the last known.",
+           EXPORTER),
     Metric("matos_scrape_errors_total", "counter", ("archive", "component"), "Refreshes of the component that "
            "failed or went over the scrape timeout.", EXPORTER),
     Metric("matos_refresh_duration_seconds", "gauge", ("archive", "component"), "Duration of the component's "

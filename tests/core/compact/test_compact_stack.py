@@ -343,6 +343,8 @@ def test_the_compact_job_reports_what_it_merged(kafka, swift, spark_resource, ne
     assert meta["objects_after"].value < meta["objects_before"].value
     assert meta["records"].value > 0 and meta["bytes_after"].value > 0
     assert result.output_for_node("compact_archive") == meta["ranges_merged"].value
+    # Where the ranges not merged yet begin (the metrics exporter's compaction backlog): after the last merged.
+    assert meta["unmerged_from"].value == {topic: {"0": max(b for _, b in meta["ranges"].value["0"])}}
     bad = compact_job([cfg]).execute_in_process(
         run_config={"ops": {"compact_archive": {"config": {"topic": "nope"}}}},
         resources={"kafka": kafka, "swift": swift, "spark": spark_resource}, raise_on_error=False)
