@@ -1,0 +1,233 @@
+"""Expiry by age on the real stack (Kafka, Swift, Spark): records stamped before the retention leave the archive.
+
+Each test produces records with explicit timestamps (a year old, and now; not monotonic), archives
+them with the product's own archive_range, runs expiry (core/expire/run.py) and checks every object
+in the container, the reader, the verifier's full comparison with Kafka, the monitor and a restore.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+import pytest
+from helpers import read_kafka, table_rows
+
+from matos_dagster.core import reader
+from matos_dagster.core.archive.range_run import Overlaps, archive_range
+from matos_dagster.core.expire.run import expire_topics
+from matos_dagster.core.monitor import report as monitor
+from matos_dagster.core.offsets.ranges import OffsetRange
+from matos_dagster.core.records.objects import decode
+from matos_dagster.core.restore.plan import Request as RestoreRequest
+from matos_dagster.core.restore.run import restore
+from matos_dagster.core.settings import PROJECT_ROOT
+from matos_dagster.core.swift import layout
+from matos_dagster.core.swift.archived import EXPIRED, RANGE, PartitionArchive
+from matos_dagster.core.topics import TopicConfig
+from matos_dagster.core.verify import verify_topic
+
+DAY = 86_400_000
+NOW = int(time.time() * 1000)
+RANGE_SIZE = 10
+# Each range's records' ages in days, in offset order: two ranges a year old, a new one, an old one
+# between new ones (timestamps are not monotonic: a producer replaying old events), a range half old
+# and half new, a new one.
+AGES = [[400] * 10, [400] * 10, [0] * 10, [380] * 10, [370] * 5 + [0] * 5, [0] * 10]
+KEPT = [20 + i for i in range(10)] + [45 + i for i in range(5)] + [50 + i for i in range(10)]
+
+
+def config(topic: str, **kw) -> TopicConfig:
+    kw.setdefault("archive_retention_days", 365.0)
+    return TopicConfig(name=topic, group=f"g-{uuid.uuid4().hex[:8]}", **kw)
+
+
+def topic(new_topic) -> str:
+    return new_topic(**{"retention.ms": "-1"})  # Kafka keeps the year-old records: the verifier compares
+
+
+def load(kafka, name: str, ages: list[list[int]], first: int = 0) -> None:
+    """Records `first`, `first + 1`, ... stamped `ages` days ago, in that order, by one producer."""
+    p = kafka.producer()
+    for i, age in enumerate((a for block in ages for a in block), first):
+        p.produce(name, key=f"k{i}".encode(), value=f"value {i} ".encode() * 8, partition=0,
+                  timestamp=NOW - age * DAY + i)
+    assert p.flush(30) == 0, "records left unsent"
+
+
+def prefix(store, cfg) -> str:
+    return layout.join(store.params.prefix, cfg.prefix)
+
+
+def archive(kafka, store, spark, cfg, start: int, end: int) -> None:
+    for a in range(start, end, RANGE_SIZE):
+        archive_range(OffsetRange(cfg.name, 0, a, min(a + RANGE_SIZE, end)), cfg, kafka, store, spark)
+
+
+def entries(store, cfg) -> list[tuple[int, int, str]]:
+    return [(e.start, e.end, e.kind) for e in PartitionArchive(store, prefix(store, cfg), cfg.name, 0).all()]
+
+
+def data_objects(store, cfg) -> list[str]:
+    base = layout.topic_dir(prefix(store, cfg), cfg.name) + "/"
+    return [o["name"] for o in store.list(base) if not layout.is_bookkeeping(o["name"])
+            and any(o["name"].endswith(ext) for ext in layout.EXTENSIONS.values())]
+
+
+def assert_expired(kafka, store, cfg, kept: list[int], cutoff_ms: int) -> None:
+    """No object holds a record stamped before the cutoff; the reader gives Kafka's kept records; verify
+    (every record compared with Kafka) and the monitor are clean: the expired spans are neither gaps nor lost."""
+    for name in data_objects(store, cfg):
+        stamps = decode(store.get(name), cfg.format)["timestamp"].cast("int64").to_pylist()
+        assert min(stamps) >= cutoff_ms, name
+    want = [r for r in read_kafka(kafka, cfg.name, 0) if r["offset"] in set(kept)]
+    got = table_rows(reader.read_table(store, prefix(store, cfg), cfg.name, partitions=[0]))
+    assert [(r["offset"], r["value"], r["timestamp"]) for r in got] == \
+        [(r["offset"], r["value"], r["timestamp"]) for r in want]
+    report = verify_topic(kafka, store, prefix(store, cfg), cfg, None)
+    assert report.ok, report.render()
+    assert report.compared == len(kept) and not report.loss
+    end = kafka.watermarks(cfg.name, [0])[0][1]
+    a = PartitionArchive(store, prefix(store, cfg), cfg.name, 0)
+    judged = monitor.evaluate_partition(cfg, 0, 0, end, end, monitor.read_entries(a, None, end), None, [],
+                                        time.time(), None)
+    assert (judged.status, judged.ahwm, judged.gaps, judged.lost) == (monitor.OK, end, [], []), judged.reasons
+
+
+def test_a_year_old_archive_keeps_only_what_is_younger_than_its_retention_and_an_expired_span_between_kept_ranges_is_no_gap(
+        kafka, swift, spark, new_topic):
+    cfg = config(topic(new_topic))
+    load(kafka, cfg.name, AGES)
+    with swift.store() as store:
+        archive(kafka, store, spark, cfg, 0, 60)
+
+        done = expire_topics(store, [cfg], run_id="run-1")
+
+        assert entries(store, cfg) == [(0, 10, EXPIRED), (10, 20, EXPIRED), (20, 30, RANGE), (30, 40, EXPIRED),
+                                       (40, 50, RANGE), (50, 60, RANGE)]
+        assert done.records == 35
+        partial = store.get_json(layout.manifest_name(prefix(store, cfg), OffsetRange(cfg.name, 0, 40, 50)))
+        assert (partial["version"], partial["expired"], partial["records"]) == (4, [[40, 45]], 5)
+        marker = store.get_json(layout.expired_name(prefix(store, cfg), OffsetRange(cfg.name, 0, 30, 40)))
+        assert (marker["kind"], marker["records"], marker["retention_days"]) == ("expired", 10, 365.0)
+        # The run's record, in the archive: per partition what went.
+        record = store.get_json(done.record_name)
+        part = record["topics"][cfg.name]["partitions"]["0"]
+        assert (part["records_expired"], part["expired"]) == (35, [[0, 20], [30, 45]])
+        cutoff = record["topics"][cfg.name]["stamped_before"]
+        assert_expired(kafka, store, cfg, KEPT, cutoff)
+        # A restore produces the kept records, in order.
+        target = new_topic()
+        restored = restore(RestoreRequest(cfg.name, prefix(store, cfg), target=target), kafka, store, spark)
+        assert restored.records == len(KEPT)
+        assert [r["value"] for r in read_kafka(kafka, target, 0)] == \
+            [r["value"] for r in read_kafka(kafka, cfg.name, 0) if r["offset"] in set(KEPT)]
+        # An expired span is not archived again (its records are older than the retention).
+        with pytest.raises(Overlaps, match="expired by age"):
+            archive_range(OffsetRange(cfg.name, 0, 30, 40), cfg, kafka, store, spark)
+
+
+class Counting:
+    """The store, counting the objects read (GET) by name."""
+
+    def __init__(self, store):
+        self._store, self.read = store, []
+
+    def get(self, name, *a, **kw):
+        self.read.append(name)
+        return self._store.get(name, *a, **kw)
+
+    def get_json(self, name, *a, **kw):
+        self.read.append(name)
+        return self._store.get_json(name, *a, **kw)
+
+    def __getattr__(self, k):
+        return getattr(self._store, k)
+
+
+def test_a_second_expiry_run_reads_only_the_ranges_archived_since_and_those_come_due_whatever_the_archives_age(
+        kafka, swift, spark, new_topic):
+    cfg = config(topic(new_topic))
+    load(kafka, cfg.name, AGES)
+    with swift.store() as store:
+        archive(kafka, store, spark, cfg, 0, 60)
+        expire_topics(store, [cfg])
+        load(kafka, cfg.name, [[0] * 10], first=60)
+        archive(kafka, store, spark, cfg, 60, 70)
+
+        counting = Counting(store)
+        again = expire_topics(counting, [cfg])
+
+        manifests = [n for n in counting.read if n.endswith(layout.MANIFEST)]
+        # The new range only: neither the expired spans below nor the kept ranges, which are not due yet.
+        assert manifests == [layout.manifest_name(prefix(store, cfg), OffsetRange(cfg.name, 0, 60, 70))]
+        assert again.records == 0 and not [n for n in counting.read if n.endswith(tuple(layout.EXTENSIONS.values()))]
+        # A year on, the kept ranges are due: read again (their oldest record says so), and expired.
+        later = expire_topics(store, [cfg], now=lambda: NOW / 1000 + 366 * 86400)
+        assert later.records == 35
+        assert [k for *_, k in entries(store, cfg)] == [EXPIRED] * 7
+        assert data_objects(store, cfg) == []
+        report = verify_topic(kafka, store, prefix(store, cfg), cfg, None)
+        assert report.ok and not report.loss, report.render()
+
+
+_KILLED = """
+import json, os, sys
+from matos_dagster.core.expire.run import expire_topics
+from matos_dagster.core.topics import TopicConfig
+from matos_dagster.resources import SwiftResource
+
+a = json.loads(sys.argv[1])
+swift = SwiftResource(auth_url=a["auth_url"], user=a["user"], key=os.environ["MATOS_SWIFT_KEY"],
+                      container=a["container"], prefix="kafka", retries=2)
+with swift.store() as store:
+    expire_topics(store, [TopicConfig(name=a["topic"], archive_retention_days=365.0)])
+print("not killed")
+"""
+
+
+def killed(swift, topic: str, point: str) -> None:
+    args = {"auth_url": swift.auth_url, "user": swift.user, "container": swift.container, "topic": topic}
+    env = {**os.environ, "MATOS_SWIFT_KEY": swift.key, "MATOS_FAULT": point}
+    with tempfile.TemporaryFile("w+") as out:
+        proc = subprocess.Popen([sys.executable, "-c", _KILLED, json.dumps(args)], env=env, cwd=PROJECT_ROOT,
+                                stdout=out, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        try:
+            code = proc.wait(120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(30)
+        out.seek(0)
+        assert code == -signal.SIGKILL, f"not killed at {point}: exit {code}\n{out.read()[-3000:]}"
+
+
+@pytest.mark.parametrize("point", [
+    "expire-after-marker",  # the default suite's: a marker beside the manifest and every object
+    pytest.param("expire-after-objects", marks=pytest.mark.slow),
+    pytest.param("expire-after-replacements", marks=pytest.mark.slow),
+    pytest.param("expire-after-manifest", marks=pytest.mark.slow),
+    pytest.param("expire-after-record", marks=pytest.mark.slow),
+])
+def test_an_expiry_killed_at_a_step_then_run_again_ends_as_one_that_was_not(kafka, swift, spark, new_topic, point):
+    cfg = config(topic(new_topic))
+    load(kafka, cfg.name, AGES[2:5])  # new, old, half old: offsets 0-29
+    with swift.store() as store:
+        archive(kafka, store, spark, cfg, 0, 30)
+        killed(swift, cfg.name, point)
+        done = expire_topics(store, [cfg])
+        assert entries(store, cfg) == [(0, 10, RANGE), (10, 20, EXPIRED), (20, 30, RANGE)]
+        folder = layout.range_dir(prefix(store, cfg), OffsetRange(cfg.name, 0, 10, 20)) + "/"
+        assert [o["name"].rpartition("/")[2] for o in store.list(folder)] == [layout.EXPIRED]
+        for f in PartitionArchive(store, prefix(store, cfg), cfg.name, 0).folders_from(0):  # no stray left
+            doc = store.get_json(layout.manifest_name(prefix(store, cfg), OffsetRange(cfg.name, 0, f.start, f.end)))
+            if doc is not None:
+                assert {n for n in f.names if not layout.is_bookkeeping(n)} == {o["name"] for o in doc["objects"]}
+        assert_expired(kafka, store, cfg, list(range(10)) + list(range(25, 30)),
+                       store.get_json(done.record_name)["topics"][cfg.name]["stamped_before"])
