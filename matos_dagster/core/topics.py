@@ -396,7 +396,10 @@ def reference() -> str:
         default = "(required)" if f.name == "name" else f"`{shown}`" if f.default != "" else "(empty)"
         if f.name == "group":
             default = "MATOS_KAFKA_GROUP"
-        rows.append(f"| `{written.get(f.name, f.name)}` | {f.type} | {default} | {HELP[f.name]} |")
+        if f.default is None:
+            default = "(unset)"
+        kind = f.type.replace(" | None", " (or unset)")
+        rows.append(f"| `{written.get(f.name, f.name)}` | {kind} | {default} | {HELP[f.name]} |")
     return "\n".join(rows) + "\n"
 
 

@@ -22,7 +22,8 @@ from typing import Callable, Iterable
 
 from matos_dagster.core import faults
 from matos_dagster.core.expire import cursor as cursors
-from matos_dagster.core.expire.span import PartitionExpired, Why, clean, expire_part, expire_whole, iso, wholly_old
+from matos_dagster.core.expire.span import (PartitionExpired, Why, clean, drop_strays, expire_part, expire_whole, iso,
+                                           wholly_old)
 from matos_dagster.core.offsets import spans
 from matos_dagster.core.swift import incarnations, layout
 from matos_dagster.core.swift.archived import EXPIRED, RANGE, Entry, PartitionArchive, archived_partitions
@@ -51,6 +52,7 @@ def expire_partition(store: Store, prefix: str, topic: str, partition: int, why:
     done = PartitionExpired(topic, partition)
     archive = PartitionArchive(store, prefix, topic, partition)
     cur = cursors.read(store, prefix, topic, partition)
+    done.previous_cutoff = cur.stamped_before
 
     def look(e: Entry) -> None:
         cur.forget_within(e.start, e.end)
@@ -63,6 +65,8 @@ def expire_partition(store: Store, prefix: str, topic: str, partition: int, why:
         done.manifests_read += 1
         if doc is None:
             return
+        if "expired" in doc:  # rewritten by an expiry, maybe one killed before it deleted the old objects
+            drop_strays(store, archive, e, doc, done)
         if wholly_old(doc, why.cutoff_ms):
             expire_whole(store, archive, e, doc, why, done)
             say(f"{topic}/{partition}[{e.start}, {e.end}): every record older than the retention; an expired span now")

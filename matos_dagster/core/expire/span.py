@@ -65,6 +65,7 @@ class PartitionExpired:
     manifests_read: int = 0
     objects_read: int = 0
     folders_listed: int = 0
+    previous_cutoff: int | None = None  # the cutoff of the run before (None: none ran)
     notes: list[str] = field(default_factory=list)
 
 
@@ -189,6 +190,18 @@ def runs(gone: list[int], kept: list[int]) -> list[tuple[int, int]]:
     if start is not None:
         out.append((start, last + 1))
     return out
+
+
+def drop_strays(store: Store, archive: PartitionArchive, e: Entry, doc: dict, done: PartitionExpired) -> None:
+    """Objects of a rewritten range's folder its manifest does not list (a run killed after the manifest
+    left the old ones): deleted, as that run would have (one listing of the folder)."""
+    folder = layout.range_dir(archive.prefix, archive.range(e)) + "/"
+    listed = {o["name"] for o in doc["objects"]}
+    strays = [i["name"] for i in store.list(folder) if not layout.is_bookkeeping(i["name"]) and i["name"] not in listed]
+    done.folders_listed += 1
+    for n in strays:
+        store.delete(n)
+    done.deleted += len(strays)
 
 
 def _drop_replaced(store: Store, archive: PartitionArchive, e: Entry, done: PartitionExpired) -> None:

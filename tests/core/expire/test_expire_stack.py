@@ -231,3 +231,31 @@ def test_an_expiry_killed_at_a_step_then_run_again_ends_as_one_that_was_not(kafk
                 assert {n for n in f.names if not layout.is_bookkeeping(n)} == {o["name"] for o in doc["objects"]}
         assert_expired(kafka, store, cfg, list(range(10)) + list(range(25, 30)),
                        store.get_json(done.record_name)["topics"][cfg.name]["stamped_before"])
+
+
+def test_the_expire_job_expires_each_partition_in_its_turn_and_shows_the_days_before_the_cutoff_as_expired(
+        kafka, swift, spark, new_topic, tmp_path):
+    from dagster import DagsterEventType, DagsterInstance
+
+    from matos_dagster.core.days import windows
+    from matos_dagster.core.topic_set import TopicSet
+    from matos_dagster.jobs.expire import expire_job
+
+    old_day = windows.key(windows.start_of(NOW - 400 * DAY, DAY), DAY)
+    cfg = config(topic(new_topic), windows_start=old_day)
+    load(kafka, cfg.name, AGES[1:3])  # old, new
+    with swift.store() as store:
+        archive(kafka, store, spark, cfg, 0, 20)
+        with DagsterInstance.local_temp(str(tmp_path)) as instance:
+            result = expire_job(TopicSet([cfg, config(topic(new_topic), archive_retention_days=None)])).execute_in_process(
+                run_config={"ops": {"expire_archive": {"config": {}}}}, instance=instance,
+                resources={"kafka": kafka, "swift": swift})
+            assert result.success
+            assert result.output_for_node("expire_archive") == 10
+            days = [e.event_specific_data.materialization for e in result.all_events
+                    if e.event_type == DagsterEventType.ASSET_MATERIALIZATION]
+        assert entries(store, cfg) == [(0, 10, EXPIRED), (10, 20, RANGE)]
+    # The first run: every day from the first window up to the cutoff, 35 days before the records' day.
+    assert [d.partition for d in days][:2] == [old_day, windows.key(windows.start_of(NOW - 399 * DAY, DAY), DAY)]
+    assert len(days) == 400 - 365 and all(d.metadata["expired"].value is True for d in days)
+    assert {d.asset_key.path[-1] for d in days} == {cfg.windows_asset_name}
