@@ -21,6 +21,7 @@ from helpers import read_kafka, table_rows
 
 from matos_dagster.core import reader
 from matos_dagster.core.archive.range_run import Overlaps, archive_range
+from matos_dagster.core.compact.run import compact_topic
 from matos_dagster.core.expire.run import expire_topics
 from matos_dagster.core.monitor import report as monitor
 from matos_dagster.core.offsets.ranges import OffsetRange
@@ -36,11 +37,12 @@ from matos_dagster.core.verify import verify_topic
 DAY = 86_400_000
 NOW = int(time.time() * 1000)
 RANGE_SIZE = 10
-# Each range's records' ages in days, in offset order: two ranges a year old, a new one, an old one
+# Each range's records' ages in days, in offset order: a range a year old, a new one, an old one
 # between new ones (timestamps are not monotonic: a producer replaying old events), a range half old
 # and half new, a new one.
-AGES = [[400] * 10, [400] * 10, [0] * 10, [380] * 10, [370] * 5 + [0] * 5, [0] * 10]
-KEPT = [20 + i for i in range(10)] + [45 + i for i in range(5)] + [50 + i for i in range(10)]
+OLD, NEW, OLDER, HALF = [400] * 10, [0] * 10, [380] * 10, [370] * 5 + [0] * 5
+AGES = [OLD, NEW, OLDER, HALF, NEW]
+KEPT = list(range(10, 20)) + list(range(35, 50))
 
 
 def config(topic: str, **kw) -> TopicConfig:
@@ -102,24 +104,25 @@ def assert_expired(kafka, store, cfg, kept: list[int], cutoff_ms: int) -> None:
 
 def test_a_year_old_archive_keeps_only_what_is_younger_than_its_retention_and_an_expired_span_between_kept_ranges_is_no_gap(
         kafka, swift, spark, new_topic):
-    cfg = config(topic(new_topic))
+    # Compaction's groups: the half-expired range (375 record bytes left) and the new one after it (750).
+    cfg = config(topic(new_topic), compact_bytes=1000, compact_min_age_s=0.0)
     load(kafka, cfg.name, AGES)
     with swift.store() as store:
-        archive(kafka, store, spark, cfg, 0, 60)
+        archive(kafka, store, spark, cfg, 0, 50)
 
         done = expire_topics(store, [cfg], run_id="run-1")
 
-        assert entries(store, cfg) == [(0, 10, EXPIRED), (10, 20, EXPIRED), (20, 30, RANGE), (30, 40, EXPIRED),
-                                       (40, 50, RANGE), (50, 60, RANGE)]
-        assert done.records == 35
-        partial = store.get_json(layout.manifest_name(prefix(store, cfg), OffsetRange(cfg.name, 0, 40, 50)))
-        assert (partial["version"], partial["expired"], partial["records"]) == (4, [[40, 45]], 5)
-        marker = store.get_json(layout.expired_name(prefix(store, cfg), OffsetRange(cfg.name, 0, 30, 40)))
+        assert entries(store, cfg) == [(0, 10, EXPIRED), (10, 20, RANGE), (20, 30, EXPIRED), (30, 40, RANGE),
+                                       (40, 50, RANGE)]
+        assert done.records == 25
+        partial = store.get_json(layout.manifest_name(prefix(store, cfg), OffsetRange(cfg.name, 0, 30, 40)))
+        assert (partial["version"], partial["expired"], partial["records"]) == (4, [[30, 35]], 5)
+        marker = store.get_json(layout.expired_name(prefix(store, cfg), OffsetRange(cfg.name, 0, 20, 30)))
         assert (marker["kind"], marker["records"], marker["retention_days"]) == ("expired", 10, 365.0)
         # The run's record, in the archive: per partition what went.
         record = store.get_json(done.record_name)
         part = record["topics"][cfg.name]["partitions"]["0"]
-        assert (part["records_expired"], part["expired"]) == (35, [[0, 20], [30, 45]])
+        assert (part["records_expired"], part["expired"]) == (25, [[0, 10], [20, 35]])
         cutoff = record["topics"][cfg.name]["stamped_before"]
         assert_expired(kafka, store, cfg, KEPT, cutoff)
         # A restore produces the kept records, in order.
@@ -130,7 +133,12 @@ def test_a_year_old_archive_keeps_only_what_is_younger_than_its_retention_and_an
             [r["value"] for r in read_kafka(kafka, cfg.name, 0) if r["offset"] in set(KEPT)]
         # An expired span is not archived again (its records are older than the retention).
         with pytest.raises(Overlaps, match="expired by age"):
-            archive_range(OffsetRange(cfg.name, 0, 30, 40), cfg, kafka, store, spark)
+            archive_range(OffsetRange(cfg.name, 0, 20, 30), cfg, kafka, store, spark)
+        # Compaction merges the half-expired range with the next; its expired offsets stay expired.
+        compact_topic(cfg, kafka.committed(cfg.name, [0], cfg.group), store, spark)
+        merged = store.get_json(layout.manifest_name(prefix(store, cfg), OffsetRange(cfg.name, 0, 30, 50)))
+        assert (merged["expired"], merged["records"]) == ([[30, 35]], 15)
+        assert_expired(kafka, store, cfg, KEPT, cutoff)
 
 
 class Counting:
@@ -151,27 +159,47 @@ class Counting:
         return getattr(self._store, k)
 
 
-def test_a_second_expiry_run_reads_only_the_ranges_archived_since_and_those_come_due_whatever_the_archives_age(
-        kafka, swift, spark, new_topic):
-    cfg = config(topic(new_topic))
-    load(kafka, cfg.name, AGES)
-    with swift.store() as store:
-        archive(kafka, store, spark, cfg, 0, 60)
-        expire_topics(store, [cfg])
-        load(kafka, cfg.name, [[0] * 10], first=60)
-        archive(kafka, store, spark, cfg, 60, 70)
+def test_the_expire_job_shows_the_days_before_the_cutoff_as_expired_and_its_next_run_reads_only_the_ranges_archived_since_and_those_come_due(
+        kafka, swift, spark, new_topic, tmp_path):
+    from dagster import DagsterEventType, DagsterInstance
 
+    from matos_dagster.core.days import windows
+    from matos_dagster.core.topic_set import TopicSet
+    from matos_dagster.jobs.expire import expire_job
+
+    old_day = windows.key(windows.start_of(NOW - 400 * DAY, DAY), DAY)
+    cfg = config(topic(new_topic), windows_start=old_day)
+    load(kafka, cfg.name, [OLD, NEW, HALF])
+    with swift.store() as store:
+        archive(kafka, store, spark, cfg, 0, 30)
+        with DagsterInstance.local_temp(str(tmp_path)) as instance:
+            keeps = config(topic(new_topic), archive_retention_days=None)  # no retention: not expired
+            result = expire_job(TopicSet([cfg, keeps])).execute_in_process(
+                run_config={"ops": {"expire_archive": {"config": {}}}}, instance=instance,
+                resources={"kafka": kafka, "swift": swift})
+            assert result.success
+            assert result.output_for_node("expire_archive") == 15
+            days = [e.event_specific_data.materialization for e in result.all_events
+                    if e.event_type == DagsterEventType.ASSET_MATERIALIZATION]
+        assert entries(store, cfg) == [(0, 10, EXPIRED), (10, 20, RANGE), (20, 30, RANGE)]
+        # Every day from the first window up to the cutoff (35 days after the oldest records' day), expired.
+        assert days[0].partition == old_day and len(days) == 400 - 365
+        assert all(d.metadata["expired"].value is True for d in days)
+        assert {d.asset_key.path[-1] for d in days} == {cfg.windows_asset_name}
+
+        load(kafka, cfg.name, [NEW], first=30)
+        archive(kafka, store, spark, cfg, 30, 40)
         counting = Counting(store)
         again = expire_topics(counting, [cfg])
 
         manifests = [n for n in counting.read if n.endswith(layout.MANIFEST)]
-        # The new range only: neither the expired spans below nor the kept ranges, which are not due yet.
-        assert manifests == [layout.manifest_name(prefix(store, cfg), OffsetRange(cfg.name, 0, 60, 70))]
+        # The new range only: neither the expired span below nor the kept ranges, which are not due yet.
+        assert manifests == [layout.manifest_name(prefix(store, cfg), OffsetRange(cfg.name, 0, 30, 40))]
         assert again.records == 0 and not [n for n in counting.read if n.endswith(tuple(layout.EXTENSIONS.values()))]
         # A year on, the kept ranges are due: read again (their oldest record says so), and expired.
         later = expire_topics(store, [cfg], now=lambda: NOW / 1000 + 366 * 86400)
-        assert later.records == 35
-        assert [k for *_, k in entries(store, cfg)] == [EXPIRED] * 7
+        assert later.records == 25
+        assert [k for *_, k in entries(store, cfg)] == [EXPIRED] * 4
         assert data_objects(store, cfg) == []
         report = verify_topic(kafka, store, prefix(store, cfg), cfg, None)
         assert report.ok and not report.loss, report.render()
@@ -217,45 +245,18 @@ def killed(swift, topic: str, point: str) -> None:
 ])
 def test_an_expiry_killed_at_a_step_then_run_again_ends_as_one_that_was_not(kafka, swift, spark, new_topic, point):
     cfg = config(topic(new_topic))
-    load(kafka, cfg.name, AGES[2:5])  # new, old, half old: offsets 0-29
+    load(kafka, cfg.name, [OLD, HALF])
     with swift.store() as store:
-        archive(kafka, store, spark, cfg, 0, 30)
+        archive(kafka, store, spark, cfg, 0, 20)
         killed(swift, cfg.name, point)
         done = expire_topics(store, [cfg])
-        assert entries(store, cfg) == [(0, 10, RANGE), (10, 20, EXPIRED), (20, 30, RANGE)]
-        folder = layout.range_dir(prefix(store, cfg), OffsetRange(cfg.name, 0, 10, 20)) + "/"
+        assert entries(store, cfg) == [(0, 10, EXPIRED), (10, 20, RANGE)]
+        folder = layout.range_dir(prefix(store, cfg), OffsetRange(cfg.name, 0, 0, 10)) + "/"
         assert [o["name"].rpartition("/")[2] for o in store.list(folder)] == [layout.EXPIRED]
         for f in PartitionArchive(store, prefix(store, cfg), cfg.name, 0).folders_from(0):  # no stray left
             doc = store.get_json(layout.manifest_name(prefix(store, cfg), OffsetRange(cfg.name, 0, f.start, f.end)))
             if doc is not None:
                 assert {n for n in f.names if not layout.is_bookkeeping(n)} == {o["name"] for o in doc["objects"]}
-        assert_expired(kafka, store, cfg, list(range(10)) + list(range(25, 30)),
+        assert_expired(kafka, store, cfg, list(range(15, 20)),
                        store.get_json(done.record_name)["topics"][cfg.name]["stamped_before"])
 
-
-def test_the_expire_job_expires_each_partition_in_its_turn_and_shows_the_days_before_the_cutoff_as_expired(
-        kafka, swift, spark, new_topic, tmp_path):
-    from dagster import DagsterEventType, DagsterInstance
-
-    from matos_dagster.core.days import windows
-    from matos_dagster.core.topic_set import TopicSet
-    from matos_dagster.jobs.expire import expire_job
-
-    old_day = windows.key(windows.start_of(NOW - 400 * DAY, DAY), DAY)
-    cfg = config(topic(new_topic), windows_start=old_day)
-    load(kafka, cfg.name, AGES[1:3])  # old, new
-    with swift.store() as store:
-        archive(kafka, store, spark, cfg, 0, 20)
-        with DagsterInstance.local_temp(str(tmp_path)) as instance:
-            result = expire_job(TopicSet([cfg, config(topic(new_topic), archive_retention_days=None)])).execute_in_process(
-                run_config={"ops": {"expire_archive": {"config": {}}}}, instance=instance,
-                resources={"kafka": kafka, "swift": swift})
-            assert result.success
-            assert result.output_for_node("expire_archive") == 10
-            days = [e.event_specific_data.materialization for e in result.all_events
-                    if e.event_type == DagsterEventType.ASSET_MATERIALIZATION]
-        assert entries(store, cfg) == [(0, 10, EXPIRED), (10, 20, RANGE)]
-    # The first run: every day from the first window up to the cutoff, 35 days before the records' day.
-    assert [d.partition for d in days][:2] == [old_day, windows.key(windows.start_of(NOW - 399 * DAY, DAY), DAY)]
-    assert len(days) == 400 - 365 and all(d.metadata["expired"].value is True for d in days)
-    assert {d.asset_key.path[-1] for d in days} == {cfg.windows_asset_name}
