@@ -130,6 +130,23 @@ def wait_for_turns(instance: DagsterInstance, mine: turns.Claim, wheres: set[str
         time.sleep(poll_s)
 
 
+def partition_by_partition(instance: DagsterInstance, run_id: str, say: Callable[[str], None],
+                           thresholds: heartbeat.Thresholds, names: Names = DEFAULT):
+    """`in_turn(topic, partitions, work)` for a run that rewrites a topic's partitions (forget, expire):
+    each partition's work done once its turn comes (a claim per partition, named in the tag the
+    archive runs of that partition look for); the outcomes in partition order."""
+    def in_turn(topic: str, partitions: list[int], work: Callable[[int], object]) -> list:
+        out = []
+        for p in partitions:
+            where = f"{topic}/{p}"
+            mine = claim(instance, run_id, {where}, {TOPIC_PARTITION_TAG: where, **names.run_tags})
+            wait_for_turns(instance, mine, {where}, say, thresholds, names=names)
+            out.append(work(p))
+        return out
+
+    return in_turn
+
+
 def started_by(tags: dict) -> str:
     if "dagster/sensor_name" in tags:
         return f"launched by sensor {tags['dagster/sensor_name']}"

@@ -11,19 +11,15 @@ keeps every record.
 from dagster import (
     AssetMaterialization,
     Config,
-    DefaultScheduleStatus,
     Failure,
     JobDefinition,
     MetadataValue,
     OpExecutionContext,
     Output,
-    RunRequest,
     ScheduleDefinition,
-    ScheduleEvaluationContext,
     in_process_executor,
     job,
     op,
-    schedule,
 )
 from pydantic import Field
 
@@ -34,8 +30,9 @@ from matos_dagster.core.kafka import many
 from matos_dagster.core.runs import heartbeat
 from matos_dagster.core.topic_set import as_set, not_found
 from matos_dagster.dead_runs import beating
+from matos_dagster.jobs.compact import every_topic_schedule
 from matos_dagster.names import DEFAULT, Names
-from matos_dagster.turns import TOPIC_PARTITION_TAG, claim, wait_for_turns
+from matos_dagster.turns import partition_by_partition
 
 OP = "expire_archive"
 TAG = "matos/expire"
@@ -66,16 +63,7 @@ def expire_job(topics, names: Names = DEFAULT) -> JobDefinition:
         else:
             chosen = [topic]
 
-        def in_turn(topic, partitions, expire):
-            out = []
-            for p in partitions:
-                where = f"{topic}/{p}"
-                # A claim per partition, named in the tag the archive runs of that partition look for.
-                mine = claim(instance, run_id, {where}, {TOPIC_PARTITION_TAG: where, **names.run_tags})
-                wait_for_turns(instance, mine, {where}, context.log.info, thresholds, names=names)
-                out.append(expire(p))
-            return out
-
+        in_turn = partition_by_partition(instance, run_id, context.log.info, thresholds, names)
         try:
             with swift.store() as store, beating(instance, run_id, thresholds, context.log.warning):
                 done = expire_topics(store, [t for t in chosen if t.archive_retention_days is not None], run_id,
@@ -113,13 +101,4 @@ def expire_job(topics, names: Names = DEFAULT) -> JobDefinition:
 
 def expire_schedule(job_def: JobDefinition, cron: str, names: Names = DEFAULT) -> ScheduleDefinition:
     """One run for every topic, as compaction's."""
-    @schedule(name=names.of("expire_schedule"), job=job_def, cron_schedule=cron,
-              default_status=DefaultScheduleStatus.RUNNING)
-    def _schedule(context: ScheduleEvaluationContext):
-        return RunRequest(
-            run_key=context.scheduled_execution_time.isoformat() if context.scheduled_execution_time else None,
-            run_config={"ops": {names.of(OP): {"config": {}}}},
-            tags={TAG: names.of("*")},
-        )
-
-    return _schedule
+    return every_topic_schedule("expire_schedule", job_def, OP, TAG, cron, names)

@@ -20,7 +20,7 @@ from matos_dagster.core.runs import heartbeat
 from matos_dagster.core.topic_set import as_set, not_found
 from matos_dagster.dead_runs import beating
 from matos_dagster.names import DEFAULT, Names
-from matos_dagster.turns import TOPIC_PARTITION_TAG, claim, wait_for_turns
+from matos_dagster.turns import partition_by_partition
 
 OP = "forget_keys"
 
@@ -41,16 +41,7 @@ def forget_job(topics, names: Names = DEFAULT) -> JobDefinition:
         instance, run_id = context.instance, context.run.run_id
         thresholds = heartbeat.Thresholds.from_settings()
 
-        def in_turn(topic, partitions, erase):
-            out = []
-            for p in partitions:
-                where = f"{topic}/{p}"
-                # A claim per partition, named in the tag the archive runs of that partition look for.
-                mine = claim(instance, run_id, {where}, {TOPIC_PARTITION_TAG: where, **names.run_tags})
-                wait_for_turns(instance, mine, {where}, context.log.info, thresholds, names=names)
-                out.append(erase(p))
-            return out
-
+        in_turn = partition_by_partition(instance, run_id, context.log.info, thresholds, names)
         try:
             request.check_id(config.request)
             with swift.store() as store:

@@ -7,17 +7,11 @@ in the container, the reader, the verifier's full comparison with Kafka, the mon
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
-import tempfile
 import time
 import uuid
 
 import pytest
-from helpers import read_kafka, table_rows
+from helpers import killed_script, read_kafka, table_rows
 
 from matos_dagster.core import reader
 from matos_dagster.core.archive.range_run import Overlaps, archive_range
@@ -28,7 +22,6 @@ from matos_dagster.core.offsets.ranges import OffsetRange
 from matos_dagster.core.records.objects import decode
 from matos_dagster.core.restore.plan import Request as RestoreRequest
 from matos_dagster.core.restore.run import restore
-from matos_dagster.core.settings import PROJECT_ROOT
 from matos_dagster.core.swift import layout
 from matos_dagster.core.swift.archived import EXPIRED, RANGE, PartitionArchive
 from matos_dagster.core.topics import TopicConfig
@@ -221,19 +214,8 @@ print("not killed")
 
 
 def killed(swift, topic: str, point: str) -> None:
-    args = {"auth_url": swift.auth_url, "user": swift.user, "container": swift.container, "topic": topic}
-    env = {**os.environ, "MATOS_SWIFT_KEY": swift.key, "MATOS_FAULT": point}
-    with tempfile.TemporaryFile("w+") as out:
-        proc = subprocess.Popen([sys.executable, "-c", _KILLED, json.dumps(args)], env=env, cwd=PROJECT_ROOT,
-                                stdout=out, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-        try:
-            code = proc.wait(120)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(30)
-        out.seek(0)
-        assert code == -signal.SIGKILL, f"not killed at {point}: exit {code}\n{out.read()[-3000:]}"
+    killed_script(_KILLED, {"auth_url": swift.auth_url, "user": swift.user, "container": swift.container,
+                            "topic": topic}, swift, point)
 
 
 @pytest.mark.parametrize("point", [
