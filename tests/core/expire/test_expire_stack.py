@@ -97,8 +97,7 @@ def assert_expired(kafka, store, cfg, kept: list[int], cutoff_ms: int) -> None:
 
 def test_a_year_old_archive_keeps_only_what_is_younger_than_its_retention_and_an_expired_span_between_kept_ranges_is_no_gap(
         kafka, swift, spark, new_topic):
-    # Compaction's groups: the half-expired range (375 record bytes left) and the new one after it (750).
-    cfg = config(topic(new_topic), compact_bytes=1000, compact_min_age_s=0.0)
+    cfg = config(topic(new_topic))
     load(kafka, cfg.name, AGES)
     with swift.store() as store:
         archive(kafka, store, spark, cfg, 0, 50)
@@ -127,11 +126,22 @@ def test_a_year_old_archive_keeps_only_what_is_younger_than_its_retention_and_an
         # An expired span is not archived again (its records are older than the retention).
         with pytest.raises(Overlaps, match="expired by age"):
             archive_range(OffsetRange(cfg.name, 0, 20, 30), cfg, kafka, store, spark)
-        # Compaction merges the half-expired range with the next; its expired offsets stay expired.
+
+
+def test_compaction_of_a_half_expired_range_keeps_its_expired_offsets_expired(kafka, swift, spark, new_topic):
+    # One group: the half-expired range (375 record bytes left) and the new one after it (750).
+    cfg = config(topic(new_topic), compact_bytes=1000, compact_min_age_s=0.0)
+    load(kafka, cfg.name, [HALF, NEW])
+    with swift.store() as store:
+        archive(kafka, store, spark, cfg, 0, 20)
+        done = expire_topics(store, [cfg])
+
         compact_topic(cfg, kafka.committed(cfg.name, [0], cfg.group), store, spark)
-        merged = store.get_json(layout.manifest_name(prefix(store, cfg), OffsetRange(cfg.name, 0, 30, 50)))
-        assert (merged["expired"], merged["records"]) == ([[30, 35]], 15)
-        assert_expired(kafka, store, cfg, KEPT, cutoff)
+
+        merged = store.get_json(layout.manifest_name(prefix(store, cfg), OffsetRange(cfg.name, 0, 0, 20)))
+        assert (merged["expired"], merged["records"]) == ([[0, 5]], 15)
+        assert_expired(kafka, store, cfg, list(range(5, 20)),
+                       store.get_json(done.record_name)["topics"][cfg.name]["stamped_before"])
 
 
 class Counting:
