@@ -13,7 +13,9 @@ import uuid
 import pytest
 from helpers import killed_script, read_kafka, table_rows
 
+from matos_dagster.assets.windows import rules
 from matos_dagster.core import reader
+from matos_dagster.core.days import evaluate
 from matos_dagster.core.archive.range_run import Overlaps, archive_range
 from matos_dagster.core.compact.run import compact_topic
 from matos_dagster.core.expire.run import expire_topics
@@ -123,6 +125,10 @@ def test_a_year_old_archive_keeps_only_what_is_younger_than_its_retention_and_an
         assert restored.records == len(KEPT)
         assert [r["value"] for r in read_kafka(kafka, target, 0)] == \
             [r["value"] for r in read_kafka(kafka, cfg.name, 0) if r["offset"] in set(KEPT)]
+        # The days read past the expired spans: none of their offsets lost.
+        evaluate.evaluate(store, prefix(store, cfg), cfg.name, rules(cfg), {0: 50}, int(time.time() * 1000))
+        state = evaluate.state_from_json(store.get_json(layout.event_time_state_name(prefix(store, cfg), cfg.name)))
+        assert (state.partitions[0].next_offset, state.partitions[0].lost) == (50, 0)
         # An expired span is not archived again (its records are older than the retention).
         with pytest.raises(Overlaps, match="expired by age"):
             archive_range(OffsetRange(cfg.name, 0, 20, 30), cfg, kafka, store, spark)
