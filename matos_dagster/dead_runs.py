@@ -10,6 +10,7 @@ partition (assets/archive.py) stops waiting for it.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
@@ -18,16 +19,23 @@ from matos_dagster.core.runs import heartbeat
 from matos_dagster.dagster_compat import PARTITION_NAME_TAG
 
 
+# Held around each write of a run's tags from this process: Dagster's add_run_tags rewrites the run's
+# whole tag set from what it read, so a heartbeat written by `beating`'s thread beside a turn's claim
+# (turns.py) could undo it. Reentrant: a write's hook (a test's) may write tags itself.
+TAGS = threading.RLock()
+
+
 @contextlib.contextmanager
 def beating(instance: DagsterInstance, run_id: str, thresholds: heartbeat.Thresholds, warn):
     """While inside, the run's heartbeat tag is refreshed every `thresholds.every_s` by its own thread.
 
-    Write the run's other tags before entering: Dagster's add_run_tags rewrites the run's whole tag
-    set from what it read, so a tag written from another thread during a beat could be lost.
+    A tag the run writes while inside is written under TAGS, as the beat is: Dagster's add_run_tags
+    rewrites the run's whole tag set from what it read, so a tag written beside a beat could be lost.
     """
 
     def beat(now: float) -> None:
-        instance.add_run_tags(run_id, {heartbeat.TAG: f"{now:.3f}"})
+        with TAGS:
+            instance.add_run_tags(run_id, {heartbeat.TAG: f"{now:.3f}"})
 
     def failed(e: Exception) -> None:
         warn(f"could not write this run's heartbeat ({type(e).__name__}: {e}); trying again in "

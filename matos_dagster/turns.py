@@ -17,7 +17,7 @@ from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunsFilter
 
 from matos_dagster.core.offsets.ranges import MalformedKey, OffsetRange, parse_key
 from matos_dagster.core.runs import heartbeat, turns
-from matos_dagster.dead_runs import waits_for
+from matos_dagster.dead_runs import TAGS, waits_for
 from matos_dagster.names import ARCHIVE_TAG, DEFAULT, Names
 
 # Run tags: a range readable at a glance in the Runs list, and the turn-taking of core/runs/turns.py.
@@ -28,6 +28,7 @@ TURN_TAG = "matos/turn"  # core/runs/turns.py's CHOOSING, then the run's number
 BATCH_TAG = "matos/batch"  # "true" on a batch run; its ranges are in its run config
 BATCH_OP = "archive_batch"
 GOING = [DagsterRunStatus.STARTING, DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]
+DOING = {"compaction": "compacting", "erasure": "erasing"}  # by the job's `kind` tag; else archiving
 # A run still going after this long is not waited for any more (run monitoring fails runs at
 # dagster.yaml's max_runtime_seconds, one hour, which is this bound too).
 MAX_WAIT_S = 3600
@@ -55,10 +56,36 @@ def claim(instance: DagsterInstance, run_id: str, wheres: set[str], tags: dict[s
     runs order themselves by it. `tags` (a run of one range: its partition) are written with the
     CHOOSING mark, so that a run reading the partition's turns finds this one from then on."""
     since = time.time()
-    instance.add_run_tags(run_id, {**(tags or {}), CLAIM_TAG: f"{since:.6f}", TURN_TAG: turns.CHOOSING})
+    with TAGS:  # not beside a heartbeat's write of this run's tags (dead_runs.beating says why)
+        instance.add_run_tags(run_id, {**(tags or {}), CLAIM_TAG: f"{since:.6f}", TURN_TAG: turns.CHOOSING})
     number = turns.number_after(_turn(run) for run in _going(instance, wheres) if run.run_id != run_id)
-    instance.add_run_tags(run_id, {TURN_TAG: str(number)})
+    with TAGS:
+        instance.add_run_tags(run_id, {TURN_TAG: str(number)})
     return turns.Claim(number, run_id, since)
+
+
+def partition_by_partition(instance: DagsterInstance, run_id: str, thresholds: heartbeat.Thresholds,
+                           say: Callable[[str], None], names: Names = DEFAULT):
+    """`in_turn(topic, partitions, work)`: `work(p)` for each partition, each in its own turn, the list of
+    what it gave. For runs that rewrite a partition's folders one partition after another (an erasure,
+    a compaction): each partition is claimed (in the tag its archive runs look for), waited for, worked
+    and released before the next, so a run over hundreds of partitions holds one turn at a time, for as
+    long as that partition takes."""
+
+    def in_turn(topic: str, partitions: list[int], work: Callable[[int], object]) -> list:
+        out = []
+        for p in partitions:
+            w = f"{topic}/{p}"
+            mine = claim(instance, run_id, {w}, {TOPIC_PARTITION_TAG: w, **names.run_tags})
+            wait_for_turns(instance, mine, {w}, say, thresholds, names=names)
+            try:
+                out.append(work(p))
+            finally:
+                with TAGS:  # released: the partition's runs stop finding this one (_going)
+                    instance.add_run_tags(run_id, {TOPIC_PARTITION_TAG: ""})
+        return out
+
+    return in_turn
 
 
 def _turn(run: DagsterRun) -> turns.Seen | None:
@@ -118,8 +145,9 @@ def wait_for_turns(instance: DagsterInstance, mine: turns.Claim, wheres: set[str
             if (other.run_id, w) not in told:
                 told.add((other.run_id, w))
                 what = other.tags.get(RANGE_TAG) or f"in {w}"  # a batch run names no single range
-                say(f"run {other.run_id} ({started_by(other.tags)}) is archiving {what}; this run waits for it "
-                    f"to end, so that one run at a time archives in {w}")
+                doing = DOING.get(other.tags.get("kind", ""), "archiving")
+                say(f"run {other.run_id} ({started_by(other.tags)}) is {doing} {what}; this run waits for it "
+                    f"to end, so that one run at a time writes in {w}")
         if time.monotonic() - began > MAX_WAIT_S:
             other = next(iter(busy.values()))
             raise RuntimeError(
@@ -128,23 +156,6 @@ def wait_for_turns(instance: DagsterInstance, mine: turns.Claim, wheres: set[str
                 "range again"
             )
         time.sleep(poll_s)
-
-
-def partition_by_partition(instance: DagsterInstance, run_id: str, say: Callable[[str], None],
-                           thresholds: heartbeat.Thresholds, names: Names = DEFAULT):
-    """`in_turn(topic, partitions, work)` for a run that rewrites a topic's partitions (forget, expire):
-    each partition's work done once its turn comes (a claim per partition, named in the tag the
-    archive runs of that partition look for); the outcomes in partition order."""
-    def in_turn(topic: str, partitions: list[int], work: Callable[[int], object]) -> list:
-        out = []
-        for p in partitions:
-            where = f"{topic}/{p}"
-            mine = claim(instance, run_id, {where}, {TOPIC_PARTITION_TAG: where, **names.run_tags})
-            wait_for_turns(instance, mine, {where}, say, thresholds, names=names)
-            out.append(work(p))
-        return out
-
-    return in_turn
 
 
 def started_by(tags: dict) -> str:

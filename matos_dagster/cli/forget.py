@@ -4,7 +4,8 @@ The keys are read here and hashed (HMAC-SHA256 with MATOS_ERASURE_KEY); the requ
 keyed hashes only, goes to Swift, and the `forget` job is run with its id: the keys reach no run
 config, tag, event or log line. Everything is checked before the request is written: a key in a
 malformed encoding, an empty keys file, an unknown topic, an unset erasure key are refused in one
-line, and nothing changes.
+line, and nothing changes. A key given as its decoded value (`--key-value`, a topic whose keys are
+registry-encoded) becomes every raw form it has (core/erase/registry_keys.py).
 """
 
 from __future__ import annotations
@@ -32,10 +33,14 @@ def add_arguments(c: argparse.ArgumentParser) -> None:
     c.add_argument("--key", action="append", default=[], metavar="KEY",
                    help="a record key: its text, hex:<hex digits> or base64:<base64>; repeat for more")
     c.add_argument("--keys-file", metavar="FILE", help="a file of keys, one a line (text, hex:... or base64:...)")
+    c.add_argument("--key-value", action="append", default=[], metavar="JSON",
+                   help="a key of a topic whose keys are registry-encoded (key_format avro, protobuf or "
+                   "json_schema), as its decoded value in JSON (42, '\"c-42\"', '{\"id\": 42}'): matched in "
+                   "every form the versions of the subject <topic>-key give it; repeat for more")
     c.add_argument("--reason", required=True, help="why (a ticket, the request's reference); recorded in the archive")
 
 
-def gather_keys(given: list[str], keys_file: str | None) -> list[bytes]:
+def gather_keys(given: list[str], keys_file: str | None, values: list[str] = ()) -> list[bytes]:
     from matos_dagster.core.erase import keys
 
     try:
@@ -47,9 +52,19 @@ def gather_keys(given: list[str], keys_file: str | None) -> list[bytes]:
             out += keys.parse_keys_file(path.read_text(), keys_file)
     except keys.BadKey as e:
         raise Refused(str(e)) from None
-    if not out:
-        raise Refused("give the keys to erase: --key KEY (repeat it) or --keys-file FILE")
+    if not out and not values:
+        raise Refused("give the keys to erase: --key KEY (repeat it), --keys-file FILE or --key-value JSON")
     return out
+
+
+def decoded_keys(values: list[str], topics: list, registry) -> list[bytes]:
+    """The raw forms of the keys given as decoded values (core/erase/registry_keys.py), in each topic."""
+    from matos_dagster.core.erase import keys, registry_keys
+
+    try:
+        return [raw for v in values for t in topics for raw in registry_keys.encodings(v, t, registry)]
+    except keys.BadKey as e:
+        raise Refused(str(e)) from None
 
 
 def chosen_topics(asked: list[str], topic_set, existing: list[str]) -> list[str]:
@@ -74,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     from matos_dagster.core.erase import keys, request, versions
     from matos_dagster.core.kafka import many
 
-    raw = gather_keys(args.key, args.keys_file)
+    raw = gather_keys(args.key, args.keys_file, args.key_value)
     if not args.reason.strip():
         raise Refused("--reason is empty: say why (a ticket, the request's reference)")
     try:
@@ -85,6 +100,10 @@ def run(args: argparse.Namespace) -> int:
     kafka = chosen.resource("kafka").process_config_and_initialize()
     existing = many.topics(kafka)
     topics = chosen_topics(args.topic, chosen.topic_set, sorted(existing))
+    if args.key_value:
+        from matos_dagster.core.schemas.typed import registry_from_settings
+
+        raw += decoded_keys(args.key_value, [chosen.topic_set.get(t) for t in topics], registry_from_settings())
     ends = {t: {p: high for p, (_, high) in kafka.watermarks(t, existing[t]).items()} for t in topics}
     req = request.make(secret, raw, args.reason.strip(), ends)
     swift = chosen.resource("swift").process_config_and_initialize()

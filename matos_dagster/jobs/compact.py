@@ -4,7 +4,8 @@
 
 Runs on `MATOS_COMPACT_CRON` (one run for every topic, tagged `matos/compact=*`; a run of one
 topic, from the UI's Launchpad or `matos compact`, is tagged with the topic; dagster.yaml lets one
-run per tag value go at a time). Settings per topic in
+run per tag value go at a time). Each partition is compacted in its turn (turns.py), as archive runs
+and erasures write in theirs. Settings per topic in
 the topics file: `compact_bytes`, `compact_min_age_s`, `compact_grace_s`.
 """
 
@@ -27,11 +28,14 @@ from dagster import (
 from pydantic import Field
 
 from matos_dagster.core.compact.run import Compacted, compact_topic
+from matos_dagster.core.runs import heartbeat
 from matos_dagster.core.topic_set import as_set, not_found
 from matos_dagster.core.kafka import many
 from matos_dagster.core.swift import layout
 from matos_dagster.core.swift.chosen_incarnation import kafkas
+from matos_dagster.dead_runs import beating
 from matos_dagster.names import DEFAULT, Names
+from matos_dagster.turns import partition_by_partition
 
 TAG = "matos/compact"
 
@@ -62,7 +66,12 @@ def compact_job(topics, names: Names = DEFAULT) -> JobDefinition:
         else:
             chosen = [topic]
         dones = []
-        with swift.store() as store:
+        instance, run_id = context.instance, context.run.run_id
+        thresholds = heartbeat.Thresholds.from_settings()
+        # Each partition compacted in its turn (turns.py), one turn held at a time: no archive run or
+        # erasure writes in a partition's folders while its merges are switched in and its old ones deleted.
+        in_turn = partition_by_partition(instance, run_id, thresholds, context.log.info, names)
+        with swift.store() as store, beating(instance, run_id, thresholds, context.log.warning):
             for topic in chosen:
                 parts = kafka.partitions(topic.name)
                 if config.partition != -1 and config.partition not in parts:
@@ -78,7 +87,7 @@ def compact_job(topics, names: Names = DEFAULT) -> JobDefinition:
                 if incarnation.number > 1:
                     context.log.info(f"{topic.name}: compacting its {incarnation}")
                 done = compact_topic(topic, committed, store, spark.spark_session, say=context.log.info,
-                                     max_groups=config.max_groups, prefix=prefix)
+                                     max_groups=config.max_groups, prefix=prefix, in_turn=in_turn)
                 for p in done.partitions:
                     for note in p.notes:
                         context.log.info(f"{topic.name}/{p.partition}: {note}")

@@ -63,7 +63,7 @@ def expire_job(topics, names: Names = DEFAULT) -> JobDefinition:
         else:
             chosen = [topic]
 
-        in_turn = partition_by_partition(instance, run_id, context.log.info, thresholds, names)
+        in_turn = partition_by_partition(instance, run_id, thresholds, context.log.info, names)
         try:
             with swift.store() as store, beating(instance, run_id, thresholds, context.log.warning):
                 done = expire_topics(store, [t for t in chosen if t.archive_retention_days is not None], run_id,

@@ -41,7 +41,8 @@ def forget_job(topics, names: Names = DEFAULT) -> JobDefinition:
         instance, run_id = context.instance, context.run.run_id
         thresholds = heartbeat.Thresholds.from_settings()
 
-        in_turn = partition_by_partition(instance, run_id, context.log.info, thresholds, names)
+        # A claim per partition, named in the tag the archive runs of that partition look for.
+        in_turn = partition_by_partition(instance, run_id, thresholds, context.log.info, names)
         try:
             request.check_id(config.request)
             with swift.store() as store:

@@ -36,7 +36,7 @@ from dagster import (
 )
 
 from matos_dagster.assets.windows import rules, window_result
-from matos_dagster.core.days import evaluate
+from matos_dagster.core.days import erased, evaluate
 from matos_dagster.core.days.read import WindowNotComplete, close, window_record, window_records
 from matos_dagster.core.kafka import many
 from matos_dagster.core.swift import chosen_incarnation, incarnations, layout
@@ -128,10 +128,11 @@ def _close(topic, store, current: int, closed: list[int], now: float, names: Nam
     out = _Closed(sorted(n for n in closed if n < current), [])
     base = layout.join(store.params.prefix, topic.prefix)
     for n in range(1, current):
-        if n in out.numbers:
-            continue
-        written = close(store, incarnations.prefix_of(base, n), topic.name, rules(topic), int(now * 1000))
-        if not written:
+        where = incarnations.prefix_of(base, n)
+        if n in out.numbers and not erased.pending(store, where, topic.name):
+            continue  # closed, and no erasure's days to count again (core/days/erased.py)
+        written = close(store, where, topic.name, rules(topic), int(now * 1000))
+        if not written and n not in out.numbers:
             out.numbers.append(n)
         for w in written:
             try:

@@ -37,6 +37,7 @@ from matos_dagster.core import faults, tracing
 from matos_dagster.core.archive.commit import advance_many, restart
 from matos_dagster.core.archive.range_run import Archived, DataLoss, Overlaps, Planned, RangeRefused, plan, write_manifest
 from matos_dagster.core.archive.tasks import archive_slices, one_line, pack
+from matos_dagster.core.erase import ledger
 from matos_dagster.core.iceberg.hooks import keep_table
 from matos_dagster.core.iceberg.plan import TableError
 from matos_dagster.core.kafka import many
@@ -126,6 +127,7 @@ class _Run:
         self.slices: dict[int, list] = {}  # id(outcome) -> its slices' results
         self.written = 0
         self.readers: dict[str, int] = {}  # slice reader -> ranges it read: said once a batch, not once a range
+        self.ledgers: dict[tuple[str, str], dict] = {}  # (prefix, topic) -> its erasure ledger, read once (incarnation)
         self.lock = threading.Lock()
 
     def run(self) -> Batch:
@@ -209,12 +211,16 @@ class _Run:
             if line is not None:  # recorded by this run: a committed offset of the earlier log is stale
                 fresh = restart(self.kafka, topic.group, {tp: self.committed[tp] for tp in tps},
                                 {tp: self.marks[tp][0] for tp in tps})
+            # Its erasure ledger, once for all its ranges: read within their partitions' turn, so an erasure
+            # entering it later waits for this run, then rewrites what it wrote (core/erase/run.py).
+            doc = ledger.read(store, _prefix(store, topic, inc), name)
         except Exception as e:  # noqa: BLE001 - this topic's ranges are not archived; the others go on
             for o in mine:
                 o.error = one_line(e)
             return
         with self.lock:
             self.incarnations[name] = inc
+            self.ledgers[(_prefix(store, topic, inc), name)] = doc
             if line is not None:
                 self.committed.update(fresh)
                 self.notes.append(line)
@@ -248,7 +254,8 @@ class _Run:
                 continue
             try:
                 p = plan(r, topic, self.kafka, store, self.marks[tp], self.committed[tp], _prefix(store, topic, inc),
-                         self.typings[topic.name], self.say, inc)
+                         self.typings[topic.name], self.say, inc,
+                         lambda s, *at: self.ledgers.get(at) or ledger.read(s, *at))
             except (RangeRefused, DataLoss) as e:
                 o.error, o.refused = str(e), True
                 if isinstance(e, Overlaps):

@@ -179,9 +179,13 @@ class Planned:
 
 def plan(r: OffsetRange, topic: TopicConfig, kafka: KafkaClient, store: Store, marks: tuple[int, int],
          committed: int | None, prefix: str, typing: typed_columns.Typing | None,
-         say: Callable[[str], None] = log.info, incarnation: Incarnation | None = None) -> Planned | Archived:
+         say: Callable[[str], None] = log.info, incarnation: Incarnation | None = None,
+         ledger_of: Callable[[Store, str, str], dict] | None = None) -> Planned | Archived:
     """Check `r` against its partition's `marks` (log start, end), the group's `committed` offset and
     the archive: its Spark tasks, or (Archived) the range found archived and only verified.
+
+    `ledger_of(store, prefix, topic)`: the topic's erasure ledger (default: read from Swift; a batch
+    reads each topic's once for all its ranges).
 
     Raises RangeRefused (the range cannot be archived as asked) or DataLoss; nothing is written."""
     if r.topic != topic.name:
@@ -232,7 +236,8 @@ def plan(r: OffsetRange, topic: TopicConfig, kafka: KafkaClient, store: Store, m
         return Archived(r, name, existing, True, committed, after, 0.0, already_archived=True, log_end=high)
 
     try:
-        leave = ledger.leave(ledger.read(store, prefix, r.topic), r.partition, r.start, settings.get(ledger_key))
+        doc = (ledger_of or ledger.read)(store, prefix, r.topic)
+        leave = ledger.leave(doc, r.partition, r.start, settings.get(ledger_key))
     except ledger.LedgerError as e:
         raise RangeRefused(f"range {r}: {e}") from None
     jobs = [

@@ -92,20 +92,23 @@ def compact_topic(
     max_groups: int = 0,
     now: float | None = None,
     prefix: str | None = None,
+    in_turn: Callable[[str, list[int], Callable[[int], PartitionResult]], list[PartitionResult]] | None = None,
 ) -> Compacted:
     """Compact every partition of `committed` (partition -> committed offset) of the topic.
 
     `prefix`: the archive compacted, in front of `topic=`: the incarnation whose log the committed
     offsets are of (chosen_incarnation.kafkas); None: the topic's own prefix (its first incarnation).
-    One incarnation at a time: the committed offsets of one log never bound another's ranges."""
+    One incarnation at a time: the committed offsets of one log never bound another's ranges.
+    `in_turn(topic, partitions, compact one)`: runs each partition's compaction in the partition's turn
+    (the Dagster shell's turns.py: no archive run or erasure writes in a partition while it is
+    compacted, nor it while they do); None: one after another, for callers alone on the archive."""
     t0 = time.monotonic()
     prefix = layout.join(store.params.prefix, topic.prefix) if prefix is None else prefix
-    out = []
-    for p, upper in sorted(committed.items()):
-        if upper is None:
-            out.append(PartitionResult(p, notes=["nothing committed yet: nothing to compact"]))
-            continue
-        out.append(compact_partition(topic, p, upper, store, prefix, spark, say, max_groups, now))
+    due = [p for p, upper in sorted(committed.items()) if upper is not None]
+    one = lambda p: compact_partition(topic, p, committed[p], store, prefix, spark, say, max_groups, now)  # noqa: E731
+    done = dict(zip(due, in_turn(topic.name, due, one) if in_turn else map(one, due)))
+    out = [done.get(p) or PartitionResult(p, notes=["nothing committed yet: nothing to compact"])
+           for p in sorted(committed)]
     return Compacted(topic.name, out, time.monotonic() - t0)
 
 

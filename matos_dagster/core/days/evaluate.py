@@ -34,7 +34,7 @@ from typing import Callable, Iterator
 import pyarrow.compute as pc
 
 from matos_dagster.core.days import buckets as hours
-from matos_dagster.core.days import windows
+from matos_dagster.core.days import erased, windows
 from matos_dagster.core.days.completeness import (
     ArchivedRange,
     Part,
@@ -105,8 +105,11 @@ def window_doc(topic: str, u: Update, length_ms: int, earlier: dict | None) -> d
     parts = {str(p): dict(r) for p, r in (earlier or {}).get("partitions", {}).items()}
     for p, part in u.parts.items():
         parts.setdefault(str(p), {}).update(part.ranges)
-    return {"topic": topic, "window": windows.key(u.start, length_ms), "start": u.start, "end": u.end,
-            "partitions": parts}
+    doc = {"topic": topic, "window": windows.key(u.start, length_ms), "start": u.start, "end": u.end,
+           "partitions": parts}
+    if "erased" in (earlier or {}):  # the erased offsets already taken off (days/erased.py)
+        doc["erased"] = earlier["erased"]
+    return doc
 
 
 def summary(doc: dict) -> dict[int, dict]:
@@ -138,6 +141,7 @@ def evaluate(store: Store, prefix: str, topic: str, rules: Rules, log_ends: dict
     starts = log_starts or {}
     archives = {p: PartitionArchive(store, prefix, topic, p) for p in log_ends}
     begins = _begins(run.state, archives, starts, committed)
+    run.forget()
     # Every partition's log end seen, and the windows complete already, before reading can fill the budget.
     run.apply({}, log_ends, starts)
     share = max(1, MAX_READS // max(1, len(log_ends)))
@@ -174,6 +178,7 @@ class _Evaluation:
         self.docs: dict[str, dict] = {}  # the records this evaluation wrote
         self.writes = 0
         self.done_open: list[str] = []  # open windows completed: deleted once the state says so
+        self.erasures: list[str] = []  # erasures' markers applied: deleted once the state is saved
         self.saved = time.monotonic()
 
     def full(self) -> bool:
@@ -199,8 +204,17 @@ class _Evaluation:
             earlier = self.store.get_json(opened)
             if earlier is not None:
                 self.done_open.append(opened)
-        doc = window_doc(self.topic, u, self.rules.length_ms, earlier)
-        self.store.put_json(name, doc)
+        self.rewrite(key, window_doc(self.topic, u, self.rules.length_ms, earlier))
+
+    def forget(self) -> None:
+        """The windows that held records of finished erasures recounted (days/erased.py), rewritten
+        and journalled like a late record's; their markers deleted once the state is saved."""
+        self.erasures = erased.apply(self.store, self.prefix, self.topic, self.state, self.rules.length_ms,
+                                     self.rewrite)
+
+    def rewrite(self, key: str, doc: dict) -> None:
+        """A complete window's record written, and journalled for its run."""
+        self.store.put_json(layout.window_name(self.prefix, self.topic, key), doc)
         self.writes += 1
         self.seq += 1
         self.journal = [e for e in self.journal if e[1] != key] + [[self.seq, key, version_of(doc)]]
@@ -217,9 +231,9 @@ class _Evaluation:
         self.state.pending = {}
         journal = {"id": self.id, "seq": self.seq, "windows": self.journal if self.keep else []}
         self.store.put_json(layout.event_time_state_name(self.prefix, self.topic), state_to_json(self.state, journal))
-        for name in self.done_open:
+        for name in self.done_open + self.erasures:
             self.store.delete(name)
-        self.done_open = []
+        self.done_open, self.erasures = [], []
         self.saved = time.monotonic()
 
     def windows(self) -> list[Window]:

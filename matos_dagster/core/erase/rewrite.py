@@ -68,18 +68,22 @@ class PartitionErased:
 
 def erase_partition(store: Store, prefix: str, topic: str, partition: int, matcher: Matcher,
                     say: Callable[[str], None] = log.info, before: Iterable[int] = (),
-                    on_range: Callable[[tuple[int, int], list[int]], None] | None = None) -> PartitionErased:
+                    on_range: Callable[[tuple[int, int], list[int]], None] | None = None,
+                    before_switch: Callable[[list[tuple[int, int | None, int]]], None] | None = None
+                    ) -> PartitionErased:
     """Remove every record of `matcher`'s keys from every folder of the partition (steps above).
 
     `before`: offsets an earlier, killed run of the same request erased (counted, as they are gone);
-    `on_range`: told each range's offsets as soon as its new manifest is written."""
+    `on_range`: told each range's offsets as soon as its new manifest is written; `before_switch`:
+    told each range's records to erase, (offset, timestamp ms or None, bytes), before its manifest
+    is switched (the days to evaluate again: core/days/erased.py)."""
     done = PartitionErased(topic, partition, set(before))
     archive = PartitionArchive(store, prefix, topic, partition)
     for folder in archive.folders_from(0):
         listed, erased = set(), set()
         if (folder.entry is not None and folder.entry.kind == RANGE) or layout.MANIFEST in _bases(folder):
             listed, erased = _erase_range(store, prefix, OffsetRange(topic, partition, folder.start, folder.end),
-                                          matcher, done, say, on_range)
+                                          matcher, done, say, on_range, before_switch)
         for name in folder.names:
             if name not in listed and not layout.is_bookkeeping(name):
                 _erase_stray(store, name, matcher, done, say, erased)
@@ -91,7 +95,7 @@ def _bases(folder: Folder) -> set[str]:
 
 
 def _erase_range(store: Store, prefix: str, r: OffsetRange, matcher: Matcher, done: PartitionErased,
-                 say: Callable[[str], None], on_range=None) -> tuple[set[str], set[int]]:
+                 say: Callable[[str], None], on_range=None, before_switch=None) -> tuple[set[str], set[int]]:
     """Steps 1-3 for one folder with a manifest; the names its old and new manifest list, and the
     offsets the manifest now says are erased."""
     mname = layout.manifest_name(prefix, r)
@@ -103,7 +107,7 @@ def _erase_range(store: Store, prefix: str, r: OffsetRange, matcher: Matcher, do
     except manifest.ManifestError as e:
         raise ErasureError(f"{r}: its manifest {mname} cannot be read ({e}); nothing of it was rewritten") from None
     fmt = doc["format"]
-    entries, replaced, erased_now, erased_bytes = [], [], [], 0
+    entries, replaced, erased_now, erased_bytes, gone_rows = [], [], [], 0, []
     for o in doc["objects"]:
         table = _read(store, o["name"], fmt, done, o["md5"], r)
         hit = np.asarray(matcher.mask(table["key"]).to_numpy(zero_copy_only=False), dtype=bool)
@@ -113,6 +117,8 @@ def _erase_range(store: Store, prefix: str, r: OffsetRange, matcher: Matcher, do
         gone = table.filter(pa.array(hit))
         erased_now += gone["offset"].to_pylist()
         erased_bytes += int(row_sizes(gone).sum())
+        gone_rows += zip(gone["offset"].to_pylist(), pc.cast(gone["timestamp"], pa.int64()).to_pylist(),
+                         row_sizes(gone).tolist())
         kept = table.filter(pa.array(~hit))
         replaced.append(o["name"])
         if kept.num_rows:
@@ -120,6 +126,8 @@ def _erase_range(store: Store, prefix: str, r: OffsetRange, matcher: Matcher, do
             done.rewritten.append([o["name"], entries[-1]["name"]])
     if not erased_now:
         return {o["name"] for o in doc["objects"]}, set(doc.get("erased", []))
+    if before_switch is not None:
+        before_switch(gone_rows)
     faults.at("erase-after-objects")
     formats = {side: t["format"] for side, t in doc.get("typed", {}).items()} or None
     new = manifest.build(r, fmt, entries, formats, doc.get("topic_id"), doc.get("incarnation"),

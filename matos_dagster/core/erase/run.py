@@ -3,7 +3,9 @@
 1. the request's entry in each topic's ledger (ledger.py): from then on every writer leaves the
    records out, whatever this run does next;
 2. each partition of each topic rewritten without the records (rewrite.py), in its turn
-   (`in_turn`: the Dagster shell makes the partition's archive runs wait);
+   (`in_turn`: the Dagster shell makes the partition's archive runs wait); the days that held them
+   marked to be counted again (core/days/erased.py); then, still in its turn, its Iceberg table
+   brought in step (table.py: the erased ranges' files swapped, older snapshots expired);
 3. the erasure's record (`_erasure/records/<id>.json`): when, by which run, the reason, the
    topics, per partition the records erased and the objects rewritten; keyed hashes, never a key;
 4. the request deleted.
@@ -20,8 +22,10 @@ from datetime import datetime, timezone
 from typing import Callable, Iterable
 
 from matos_dagster.core import faults
+from matos_dagster.core.days import erased as erased_days
 from matos_dagster.core.erase import keys, ledger, request, versions
 from matos_dagster.core.erase.rewrite import PartitionErased, erase_partition
+from matos_dagster.core.erase.table import forget_in_table
 from matos_dagster.core.swift import incarnations, layout
 from matos_dagster.core.swift.archived import archived_partitions
 from matos_dagster.core.swift.store import Store
@@ -89,8 +93,12 @@ def carry_out(request_id: str, store: Store, topics: dict[str, TopicConfig], sec
             progress.setdefault(where, set()).update(offsets)
             request.write(store, base, replace(req, progress={k: sorted(v) for k, v in progress.items()}))
 
-        done = erase_partition(store, prefix, t, p, matcher, say, progress.get(where, ()), on_range)
+        # The days to count again (a topic without windows has none).
+        marks = erased_days.Marks(store, prefix, t, req.id, name, p) if topics[t].time_window != "none" else None
+        done = erase_partition(store, prefix, t, p, matcher, say, progress.get(where, ()), on_range, marks)
         done.incarnation = n
+        forget_in_table(store, prefix, topics[t], p, done.offsets, n, f"run the forget job again with request {req.id}",
+                        say)
         return done
 
     outcomes: list[PartitionErased] = []

@@ -84,12 +84,23 @@ def expire(t) -> Expiry:
     if len(snaps) < KEEP_SNAPSHOTS + EXPIRE_BATCH:
         return Expiry()
     current = t.current_snapshot().snapshot_id
-    old = [s for s in snaps[:-KEEP_SNAPSHOTS] if s.snapshot_id != current]
+    return expire_these(t, [s for s in snaps[:-KEEP_SNAPSHOTS] if s.snapshot_id != current])
+
+
+def expire_these(t, old: list, strict: bool = False) -> Expiry:
+    """Expire these snapshots of table `t` (never its current one) and delete the metadata files only
+    they used, as `expire` does. `strict`: a refused expiry raises (an erasure's: its re-run expires
+    them), rather than being left to a later run."""
+    snaps = list(t.snapshots())
+    if not old:
+        return Expiry()
     gone = {s.snapshot_id for s in old}
     keep = [s for s in snaps if s.snapshot_id not in gone]
     try:
         t.maintenance.expire_snapshots().by_ids([s.snapshot_id for s in old]).commit()
     except Exception as e:  # noqa: BLE001 - housekeeping: another run committed or expired meanwhile
+        if strict:
+            raise
         log.info("%s: snapshots not expired this time (%s: %s); a later run expires them", t.name(), type(e).__name__, e)
         return Expiry()
     # Expired: no snapshot of the table names these files any more. A crash before (or while)

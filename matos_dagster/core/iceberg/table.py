@@ -199,12 +199,15 @@ class Tables:
                 say(f"{topic}/{partition}: table {'.'.join(self.identifier(topic))} += {len(step.ranges)} range(s), "
                     f"{len(step.adds)} object(s), {step.records} records; watermark {step.end}")
 
-    def replace(self, topic: str, doc: Manifest) -> bool:
+    def replace(self, topic: str, doc: Manifest, table: str | None = None) -> bool:
         """After compaction's switch: the compacted range's objects replace, in one commit, the table's
         files of the ranges it contains. Idempotent (False: nothing to do), so it also repairs a crash
-        between the switch and this commit when called again before the replaced folders are deleted."""
+        between the switch and this commit when called again before the replaced folders are deleted.
+        Also an erasure's rewritten range (core/erase/table.py): its objects now, none if all went.
+        `table`: the table's name, by default the topic's (hooks.table_name)."""
         from pyiceberg.exceptions import CommitFailedException
 
+        topic = table or topic  # below: the table's name
         for _ in range(COMMIT_TRIES):
             t = self.table(topic)
             marks = marks_of(t)
@@ -213,7 +216,7 @@ class Tables:
             present = table_files(t, doc.partition, doc.start, doc.end)
             drop = iceberg_plan.covering(((p, lo, hi) for p, (lo, hi, _, _) in present.items()), doc.start, doc.end)
             want = [self.url(o.name) for o in doc.objects]
-            if sorted({self.source(doc.topic, p) for p in drop}) == sorted(want):
+            if sorted({self.source(topic, p) for p in drop}) == sorted(want):
                 return False
             step = Step(doc.partition, marks[doc.partition], tuple(o.name for o in doc.objects), doc.records,
                         [(doc.start, doc.end)], (doc.start, doc.end), iceberg_plan.is_typed(doc))
@@ -222,7 +225,7 @@ class Tables:
             except CommitFailedException:
                 continue
             for p in drop:  # the replaced objects' copies by day: the table's own, referenced no more
-                if self.source(doc.topic, p) != p:
+                if self.source(topic, p) != p:
                     self.store.delete(p.removeprefix(self.url("")))
             return True
         raise TableError(f"{doc.topic}/{doc.partition}: the Iceberg commit of compacted range [{doc.start}, {doc.end}) "
