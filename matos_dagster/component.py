@@ -189,6 +189,7 @@ class KafkaArchive(Component, Resolvable):
         monitor_interval_s: The oldest a topic's monitor verdict may be, in seconds.
         retention_cron: When the `retention` job prunes old partition keys and runs.
         compact_cron: When the `compact` job merges small archived ranges into large ones.
+        expire_cron: When the `expire` job removes records older than each topic's `archive_retention_days`.
     """
 
     topics: Annotated[list[Union[str, dict[str, Any]]], _about(
@@ -209,6 +210,8 @@ class KafkaArchive(Component, Resolvable):
         "7 * * * *"
     compact_cron: Annotated[str, _about("When the `compact` job merges small archived ranges into large ones.")] = \
         "37 * * * *"
+    expire_cron: Annotated[str, _about(
+        "When the `expire` job removes records older than each topic's `archive_retention_days`.")] = "17 3 * * *"
 
     def build_defs(self, context: ComponentLoadContext) -> Definitions:
         # Schema files named in the topics are relative to the component's folder.
@@ -218,6 +221,6 @@ class KafkaArchive(Component, Resolvable):
             topics, self.kafka, self.swift, self.spark,
             name=_archive_name(context.path.name) if self.name is None else self.name, group=self.group,
             sensor_interval_s=self.sensor_interval_s, monitor_interval_s=self.monitor_interval_s,
-            retention_cron=self.retention_cron, compact_cron=self.compact_cron,
+            retention_cron=self.retention_cron, compact_cron=self.compact_cron, expire_cron=self.expire_cron,
             # The project's executor for its assets' runs; the archive's jobs run in process anyway.
             executor=None)

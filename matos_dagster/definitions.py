@@ -69,5 +69,6 @@ defs = archive_definitions(
     monitor_interval_s=int(os.environ["MATOS_MONITOR_INTERVAL_S"]),
     retention_cron=os.environ["MATOS_RETENTION_CRON"],
     compact_cron=os.environ["MATOS_COMPACT_CRON"],
+    expire_cron=os.environ["MATOS_EXPIRE_CRON"],
     topics_at_load=TOPICS,
 )

@@ -26,6 +26,7 @@ from matos_dagster.core.topics import TopicConfig
 from matos_dagster.jobs.archive_ranges import archive_ranges_job
 from matos_dagster.jobs.backfill import backfill_job
 from matos_dagster.jobs.compact import compact_job, compact_schedule
+from matos_dagster.jobs.expire import expire_job, expire_schedule
 from matos_dagster.jobs.forget import forget_job
 from matos_dagster.jobs.iceberg import iceberg_job
 from matos_dagster.jobs.load import load_job
@@ -71,6 +72,7 @@ def archive_definitions(
     monitor_interval_s: int = 300,
     retention_cron: str = "7 * * * *",
     compact_cron: str = "37 * * * *",
+    expire_cron: str = "17 3 * * *",
     topics_at_load: Sequence[TopicConfig] | None = None,
     executor: ExecutorDefinition | None = in_process_executor,
 ) -> Definitions:
@@ -108,6 +110,7 @@ def archive_definitions(
         monitor_interval_s: The oldest a topic's monitor verdict may be, in seconds.
         retention_cron: When the `retention` job prunes old partition keys and runs.
         compact_cron: When the `compact` job merges small archived ranges into large ones.
+        expire_cron: When the `expire` job removes records older than each topic's `archive_retention_days`.
         topics_at_load: The topics that get their assets now; default: the named topics and those
             of Kafka that a pattern matches, listed once with `kafka` (10 s at most; without an
             answer, the named ones, said in a warning). The lag sensor archives a topic a pattern
@@ -128,7 +131,8 @@ def archive_definitions(
     seconds = Whole(unit="seconds")
     for what, value, kind in (("sensor_interval_s", sensor_interval_s, seconds),
                               ("monitor_interval_s", monitor_interval_s, seconds),
-                              ("retention_cron", retention_cron, Cron()), ("compact_cron", compact_cron, Cron())):
+                              ("retention_cron", retention_cron, Cron()), ("compact_cron", compact_cron, Cron()),
+                              ("expire_cron", expire_cron, Cron())):
         try:
             if isinstance(value, bool) or not isinstance(value, str if isinstance(kind, Cron) else int):
                 raise ValueError
@@ -142,6 +146,7 @@ def archive_definitions(
     add_ranges = add_ranges_job(topic_set, names)
     retention = retention_job(topic_set, names)
     compact = compact_job(topic_set, names)
+    expire = expire_job(topic_set, names)
     defs: Definitions | None = None
 
     def asset_graph():  # the backfill job's: the graph of these definitions, once they are made
@@ -154,13 +159,14 @@ def archive_definitions(
         jobs=[load_job(names), archive_ranges_job(topic_set, names), add_ranges,
               backfill_job(topic_set, add_ranges, asset_graph, names), acknowledge_loss_job(topic_set, names),
               restore_job(listed, names), verify_job(topic_set, names), retention, compact,
-              iceberg_job(topic_set, names), monitor_job(checks, names), forget_job(topic_set, names)],
+              iceberg_job(topic_set, names), monitor_job(checks, names), forget_job(topic_set, names), expire],
         sensors=[lag_sensor(topic_set, sensor_interval_s, names=names),
                  monitor_sensor(topic_set, monitor_interval_s, sensor_interval_s, names=names)]
         # A pattern may match a topic with days at any tick: the sensor then reports its windows.
         + ([days_sensor(topic_set, sensor_interval_s, names=names), windows_automation(sensor_interval_s, names)]
            if timed or any(p.settings.time_window != "none" for p in topic_set.patterns) else []),
-        schedules=[retention_schedule(retention, retention_cron, names), compact_schedule(compact, compact_cron, names)],
+        schedules=[retention_schedule(retention, retention_cron, names), compact_schedule(compact, compact_cron, names),
+                   expire_schedule(expire, expire_cron, names)],
         resources={names.of("kafka"): kafka, names.of("swift"): swift, names.of("spark"): spark},
         executor=executor,
     )

@@ -264,23 +264,29 @@ def killed_run(r, cfg, kafka_server, swift, connect_server, point: str) -> None:
     A client of the session's Spark Connect server, as `make run`'s runs are: it starts no JVM of
     its own, so nothing of it outlives the kill (tests/end_to_end/test_faults.py kills classic drivers). The
     Iceberg settings, if any, come from this process's environment."""
-    from matos_dagster.core.settings import PROJECT_ROOT
-
     args = {"bootstrap": kafka_server.bootstrap_servers, "auth_url": swift.auth_url, "user": swift.user,
             "container": swift.container, "spark": connect_server.url, "range": dict(vars(r)),
             "topic": {"name": cfg.name, "group": cfg.group, "slice_records": cfg.slice_records}}
+    killed_script(_KILLED_RUN, args, swift, point, 300)
+
+
+def killed_script(script: str, args: dict, swift, point: str, wait_s: float = 120) -> None:
+    """Run `script` (given `args` as JSON, the Swift key in MATOS_SWIFT_KEY) in a process of its own that
+    MATOS_FAULT=<point> SIGKILLs there (core/faults.py); fails unless it was killed there."""
+    from matos_dagster.core.settings import PROJECT_ROOT
+
     env = {**os.environ, "MATOS_SWIFT_KEY": swift.key, "MATOS_FAULT": point}
     with tempfile.TemporaryFile("w+") as out:  # a file, not a pipe: nobody reads it while the run goes on
-        proc = subprocess.Popen([sys.executable, "-c", _KILLED_RUN, json.dumps(args)], env=env, cwd=PROJECT_ROOT,
+        proc = subprocess.Popen([sys.executable, "-c", script, json.dumps(args)], env=env, cwd=PROJECT_ROOT,
                                 stdout=out, stderr=subprocess.STDOUT, text=True, start_new_session=True)
         try:
-            code = proc.wait(300)
+            code = proc.wait(wait_s)
         finally:
             if proc.poll() is None:  # over time: ours, by its PID
                 proc.kill()
                 proc.wait(30)
         out.seek(0)
-        assert code == -signal.SIGKILL, f"the run was not killed at {point}: exit {code}\n{out.read()[-3000:]}"
+        assert code == -signal.SIGKILL, f"not killed at {point}: exit {code}\n{out.read()[-3000:]}"
 
 
 # Commands as a user runs them, from a folder of theirs.

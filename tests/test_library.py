@@ -43,9 +43,9 @@ def test_the_default_archive_has_the_names_of_the_projects_own_definitions():
     got = names_of(defs)
     assert {"archive_orders", "archive_payments", "days_orders"} <= got["assets"]
     assert {"archive_ranges", "add_ranges", "backfill", "restore", "verify", "compact", "retention",
-            "acknowledge_loss", "iceberg_table", "monitor_checks", "load"} <= got["jobs"]
+            "acknowledge_loss", "iceberg_table", "monitor_checks", "load", "expire"} <= got["jobs"]
     assert got["sensors"] == {"lag", "monitor", "days", "event_time_automation"}
-    assert got["schedules"] == {"retention_schedule", "compact_schedule"}
+    assert got["schedules"] == {"retention_schedule", "compact_schedule", "expire_schedule"}
     assert got["resources"] == {"kafka", "swift", "spark"}
     assert got["partitions"] == {"archive_orders_ranges", "archive_payments_ranges"}
 

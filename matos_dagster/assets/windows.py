@@ -11,6 +11,7 @@ records straight from the ranges the record names.
 """
 
 
+import time
 
 import pyarrow.compute as pc
 from dagster import (
@@ -33,6 +34,8 @@ from dagster import (
 )
 
 from matos_dagster.core.days import evaluate, windows
+from matos_dagster.core.expire import days as expire_days
+from matos_dagster.core.expire import run as expire_run
 from matos_dagster.core.days.completeness import Rules
 from matos_dagster.core.days.read import WindowNotComplete, read_window, window_records
 from matos_dagster.core.swift import layout
@@ -70,6 +73,9 @@ def windows_asset(topic: TopicConfig, names: Names = DEFAULT):
                      "records of it are archived."),
     )
     def _window(context: AssetExecutionContext) -> MaterializeResult:
+        cutoff = expire_run.cutoff(topic, int(time.time() * 1000))
+        if expire_days.is_expired(topic, context.partition_key, cutoff):  # core/expire/: its records are gone
+            return MaterializeResult(metadata={"expired": True, "records": 0, "stamped_before": MetadataValue.int(cutoff)})
         with names.resource(context, "swift").store() as store:
             prefix = layout.join(store.params.prefix, topic.prefix)
             try:

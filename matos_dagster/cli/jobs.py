@@ -57,6 +57,11 @@ def _compact_config():
     return CompactConfig
 
 
+def _expire_config():
+    from matos_dagster.jobs.expire import ExpireConfig
+    return ExpireConfig
+
+
 def _retention_config():
     from matos_dagster.jobs.retention import RetentionConfig
     return RetentionConfig
@@ -82,6 +87,9 @@ COMMANDS = (
     JobCommand("compact", "compact", "compact_archive", _compact_config,
                "merge a topic's small archived ranges into large ones, exactly once",
                "compact demo --partition 0", least=(("partition", -1), ("max_groups", 0))),
+    JobCommand("expire", "expire", "expire_archive", _expire_config,
+               "remove archived records older than each topic's archive_retention_days (the expire job)",
+               "expire demo"),
     JobCommand("retention", "retention", "apply_retention", _retention_config,
                "remove old partition keys and runs from Dagster (never anything in Swift)",
                "retention --dry-run"),

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
 from matos_dagster.core.offsets.ranges import OFFSET_WIDTH
-from matos_dagster.core.swift.archived import LOSS, RANGE, Entry, PartitionArchive
+from matos_dagster.core.swift.archived import EXPIRED, LOSS, RANGE, Entry, PartitionArchive
 from matos_dagster.core.swift.store import Store
 
 
@@ -91,6 +91,8 @@ def _window_manifests(archive: PartitionArchive, w: Window, scan_all: bool, note
             notes.append(f"{archive.topic}/{archive.partition}[{e.start}, {e.end}): an acknowledged loss "
                          f"({e.end - e.start} offsets deleted from Kafka before they were archived): no records "
                          "to read there, skipped")
+            continue
+        if e.kind == EXPIRED:  # core/expire/: removed as the topic's retention asks; no loss to warn of
             continue
         doc = archive.read(e)
         if doc is None:  # removed since it was listed

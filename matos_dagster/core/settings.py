@@ -131,6 +131,9 @@ SETTINGS: tuple[Setting, ...] = (
             "offsets move.", kind=Whole(unit="seconds")),
     Setting("MATOS_COMPACT_CRON", "37 * * * *",
             "When the `compact` job merges each topic's small archived ranges into large ones (cron).", kind=Cron()),
+    Setting("MATOS_EXPIRE_CRON", "17 3 * * *",
+            "When the `expire` job removes archived records older than each topic's archive_retention_days (cron).",
+            kind=Cron()),
     # Typed columns (the topics file's key_format / value_format): Confluent's Schema Registry
     Setting("MATOS_SCHEMA_REGISTRY_URL", "",
             "Confluent Schema Registry the typed columns' schemas come from, `http(s)://host:port`; empty: none (a "

@@ -69,6 +69,8 @@ class TopicConfig:
     compact_span_s: float = 86400.0
     # Replaced ranges are deleted this long after the switch: longer than any read or restore.
     compact_grace_s: float = 86400.0
+    # expiry (core/expire/): records stamped more than this many days ago leave the archive; None: never
+    archive_retention_days: float | None = None
     # typed columns beside the raw bytes (core/schemas/typed.py): none, avro, protobuf, json_schema, json
     key_format: str = "none"
     value_format: str = "none"
@@ -120,6 +122,8 @@ HELP = {
     "compact_min_age_s": "Compaction: ranges archived less than this ago stay as they are.",
     "compact_span_s": "Compaction: a merged range spans at most this much Kafka time.",
     "compact_grace_s": "Compaction: replaced ranges are deleted this long after the switch.",
+    "archive_retention_days": "Expiry: records stamped more than this many days ago are removed from the archive "
+                              "by the `expire` job (docs/operations/forgetting.md); unset: kept forever.",
     "key_format": "Typed key columns beside the raw bytes: `none`, `avro`, `protobuf`, `json_schema` (Confluent wire "
                   "format, schemas from MATOS_SCHEMA_REGISTRY_URL or key_schema_file) or `json` (schemaless). "
                   "Parquet only.",
@@ -279,7 +283,9 @@ def _build(values: dict[str, Any], where: str, registry_url: str = "", base: Pat
         elif want == "int":
             if isinstance(v, bool) or not isinstance(v, int):
                 raise TopicsFileError(f"{where}: {k} must be a whole number, got {v!r}")
-        elif want == "float":
+        elif want == "float | None" and v is None:
+            pass
+        elif want in ("float", "float | None"):
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 raise TopicsFileError(f"{where}: {k} must be a number, got {v!r}")
             v = float(v)
@@ -305,6 +311,9 @@ def _build(values: dict[str, Any], where: str, registry_url: str = "", base: Pat
               "max_range_records", "lag_warn_records", "compact_bytes"):
         if getattr(topic, k) <= 0:
             raise TopicsFileError(f"{where}: {k} must be > 0, got {getattr(topic, k)}")
+    if topic.archive_retention_days is not None and not topic.archive_retention_days > 0:
+        raise TopicsFileError(f"{where}: archive_retention_days must be > 0 (days of records to keep), got "
+                              f"{topic.archive_retention_days}; leave it out to keep every record")
     if topic.time_window not in ("day", "hour", "none"):
         raise TopicsFileError(f"{where}: time_window must be day, hour or none, got {topic.time_window!r}")
     if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", topic.windows_start) or not _date_from_1970(topic.windows_start):
@@ -387,7 +396,10 @@ def reference() -> str:
         default = "(required)" if f.name == "name" else f"`{shown}`" if f.default != "" else "(empty)"
         if f.name == "group":
             default = "MATOS_KAFKA_GROUP"
-        rows.append(f"| `{written.get(f.name, f.name)}` | {f.type} | {default} | {HELP[f.name]} |")
+        if f.default is None:
+            default = "(unset)"
+        kind = f.type.replace(" | None", " (or unset)")
+        rows.append(f"| `{written.get(f.name, f.name)}` | {kind} | {default} | {HELP[f.name]} |")
     return "\n".join(rows) + "\n"
 
 

@@ -105,13 +105,19 @@ def compact_job(topics, names: Names = DEFAULT) -> JobDefinition:
 
 def compact_schedule(job_def: JobDefinition, cron: str, names: Names = DEFAULT) -> ScheduleDefinition:
     """One run for every topic: an estate of hundreds of topics must not queue a run per topic."""
-    @schedule(name=names.of("compact_schedule"), job=job_def, cron_schedule=cron,
-              default_status=DefaultScheduleStatus.RUNNING)
+    return every_topic_schedule("compact_schedule", job_def, "compact_archive", TAG, cron, names)
+
+
+def every_topic_schedule(name: str, job_def: JobDefinition, op_name: str, tag: str, cron: str,
+                         names: Names = DEFAULT) -> ScheduleDefinition:
+    """A schedule whose runs take every topic (the op's empty config), tagged `tag` so that one goes
+    at a time per archive (dagster.yaml)."""
+    @schedule(name=names.of(name), job=job_def, cron_schedule=cron, default_status=DefaultScheduleStatus.RUNNING)
     def _schedule(context: ScheduleEvaluationContext):
         return RunRequest(
             run_key=context.scheduled_execution_time.isoformat() if context.scheduled_execution_time else None,
-            run_config={"ops": {names.of("compact_archive"): {"config": {}}}},
-            tags={TAG: names.of("*")},  # one at a time per archive (dagster.yaml)
+            run_config={"ops": {names.of(op_name): {"config": {}}}},
+            tags={tag: names.of("*")},
         )
 
     return _schedule

@@ -38,7 +38,7 @@ from matos_dagster.core.schemas.errors import RegistryUnavailable
 from matos_dagster.core.spark.tasks import run_entries
 from matos_dagster.core.swift import incarnations, layout, manifest
 from matos_dagster.core.swift.incarnations import Incarnation
-from matos_dagster.core.swift.archived import LOSS, PartitionArchive
+from matos_dagster.core.swift.archived import EXPIRED, LOSS, PartitionArchive
 from matos_dagster.core.swift.store import Store
 from matos_dagster.core.topics import SWIFT_MAX_NAME, TopicConfig
 
@@ -377,6 +377,10 @@ def _refuse_overlaps(archive: PartitionArchive, r: OffsetRange) -> None:
             raise Overlaps(
                 f"range {r} overlaps [{e.start}, {e.end}), acknowledged as lost (its {layout.LOSS}): those "
                 "records were deleted from Kafka. Archive the offsets outside it instead.", e.span)
+        if e.kind == EXPIRED:
+            raise Overlaps(
+                f"range {r} overlaps [{e.start}, {e.end}), expired by age (its {layout.EXPIRED}): those records "
+                "are older than the topic's archive_retention_days. Archive the offsets outside it instead.", e.span)
         if e.span != (r.start, r.end):
             raise Overlaps(
                 f"range {r} overlaps the archived range [{e.start}, {e.end}): every offset must be in exactly "

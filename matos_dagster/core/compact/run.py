@@ -50,6 +50,7 @@ from matos_dagster.core.compact.plan import Group, Member, holder, plan
 from matos_dagster.core.iceberg.hooks import keep_compacted
 from matos_dagster.core.offsets.ranges import OffsetRange
 from matos_dagster.core.spark.tasks import run_entries
+from matos_dagster.core.offsets import spans
 from matos_dagster.core.swift import layout, manifest
 from matos_dagster.core.swift.archived import RANGE, Entry, Folder, PartitionArchive, effective
 from matos_dagster.core.swift.store import Store, SwiftParams
@@ -256,6 +257,9 @@ def _switch(g: Group, job: MergeJob, written: list[dict], docs, archive: Partiti
     erased = sorted({o for d in inputs for o in d.get("erased", [])} | set(left["erased"]))
     if erased:  # offsets an erasure removed from the replaced ranges stay erased, never a gap
         doc["erased"] = erased
+    expired = spans.merge([tuple(x) for d in inputs for x in d.get("expired", [])])
+    if expired:  # spans whose records expiry removed (core/expire/) stay expired
+        doc["expired"] = [list(x) for x in expired]
     for k, want in (("records", sum(d["records"] for d in inputs) - len(left["erased"])),
                     ("first_offset", next((d["first_offset"] for d in inputs if d["first_offset"] is not None), None)),
                     ("last_offset", next((d["last_offset"] for d in reversed(inputs) if d["last_offset"] is not None), None)),

@@ -46,7 +46,7 @@ from matos_dagster.core.days.completeness import (
 )
 from matos_dagster.core.records.objects import decode, row_sizes
 from matos_dagster.core.swift import layout
-from matos_dagster.core.swift.archived import LOSS, RANGE, PartitionArchive
+from matos_dagster.core.swift.archived import EXPIRED, LOSS, RANGE, PartitionArchive
 from matos_dagster.core.swift.store import Store
 
 # Ranges read by one evaluation, shared by the topic's partitions: a long history (the first
@@ -278,6 +278,8 @@ def _ranges(store: Store, archive: PartitionArchive, at: int) -> Iterator[Archiv
             return  # a gap: what follows waits for it
         if e.kind == LOSS:
             yield ArchivedRange(at, e.end, "", {}, 0, lost=e.end - at)
+        elif e.kind == EXPIRED:  # core/expire/: its days are before the retention's cutoff, none lost
+            yield ArchivedRange(at, e.end, "", {}, 0)
         elif e.kind == RANGE:
             doc = archive.read(e)
             if doc is None:

@@ -2,7 +2,8 @@
 
 A partition's archive is a row of range folders named `<start:020d>-<end:020d>/`, which
 sort in offset order (layout.py). A folder counts when it holds `_manifest.json` (an
-archived range) or `_loss.json` (an acknowledged loss, see loss.py); any other folder is an
+archived range), `_loss.json` (an acknowledged loss, see loss.py) or `_expired.json` (a span
+whose records expired by age, core/expire/); any other folder is an
 unfinished attempt and counts as nothing. These counted folders are the partition's
 *entries*.
 
@@ -36,15 +37,18 @@ from matos_dagster.core.offsets.ranges import OFFSET_WIDTH, OffsetRange
 from matos_dagster.core.swift import layout
 from matos_dagster.core.swift.store import LIST_PAGE, Store
 
-RANGE, LOSS = "range", "loss"
-_MARKERS = {layout.MANIFEST: RANGE, layout.LOSS: LOSS}
+RANGE, LOSS, EXPIRED = "range", "loss", "expired"
+# In a folder with several markers, the first named here is what the folder is: an expired span's
+# marker is written before its manifest and objects are deleted (core/expire/), so it wins.
+_MARKERS = {layout.EXPIRED: EXPIRED, layout.MANIFEST: RANGE, layout.LOSS: LOSS}
+_RANK = {LOSS: 0, RANGE: 1, EXPIRED: 2}
 _PARTITION_DIR = re.compile(r"partition=(\d+)/?$")
 PROBE = 16  # folders asked for per reverse listing: unfinished attempts are rare
 
 
 @dataclass(frozen=True, order=True)
 class Entry:
-    """An archived range (`kind` RANGE) or an acknowledged loss (LOSS): `[start, end)`."""
+    """An archived range (`kind` RANGE), an acknowledged loss (LOSS) or an expired span (EXPIRED): `[start, end)`."""
 
     start: int
     end: int
@@ -89,7 +93,7 @@ class PartitionArchive:
     def read(self, entry: Entry) -> dict | None:
         """The entry's manifest (RANGE) or loss record (LOSS); None if it vanished meanwhile."""
         r = self.range(entry)
-        name = layout.manifest_name(self.prefix, r) if entry.kind == RANGE else layout.loss_name(self.prefix, r)
+        name = {RANGE: layout.manifest_name, EXPIRED: layout.expired_name}.get(entry.kind, layout.loss_name)(self.prefix, r)
         return self.store.get_json(name)
 
     def entries_from(self, offset: int) -> Iterator[Entry]:
@@ -166,7 +170,7 @@ class PartitionArchive:
                 current = Folder(span[0], span[1])
             current.names.append(name)
             e = entry_of(name, item.get("last_modified"))
-            if e is not None and (current.entry is None or e.kind == RANGE):
+            if e is not None and (current.entry is None or _RANK[e.kind] > _RANK[current.entry.kind]):
                 current.entry = e
         if current is not None:
             yield current
@@ -182,7 +186,7 @@ class PartitionArchive:
         items = self.store.list_page(folder, end_marker=folder + "`")
         found = {item.get("name", "")[len(folder):]: item.get("last_modified") for item in items}
         kinds = [kind for name, kind in _MARKERS.items() if name in found]
-        return kinds, (found[layout.MANIFEST] if RANGE in kinds else found.get(layout.LOSS))
+        return kinds, (found[next(n for n, k in _MARKERS.items() if k == kinds[0])] if kinds else None)
 
     def _forward(self, marker: str | None, page: int = LIST_PAGE) -> Iterator[Entry]:
         for item in self._items(marker, page):
@@ -218,13 +222,14 @@ def effective(entries: Iterable[Entry], reach: int | None = None) -> Iterator[En
     entry that ends at or before the furthest end yielded so far (`reach`; pass the end of an
     entry already yielded) is inside it. Entries that cross without nesting are both yielded:
     they are an overlap, which the verifier and the monitor report; compaction never makes one.
-    A folder holding both a manifest and a loss record is one entry, the archived range.
+    A folder holding both a manifest and a loss record is one entry, the archived range; one
+    holding an expired span's marker is that span, whatever else it still holds.
     """
     held: Entry | None = None
     for e in entries:
         if held is not None and e.start == held.start:
-            if e.end >= held.end:
-                held = e  # longer (or the manifest of the same folder, listed after _loss.json)
+            if e.end > held.end or (e.end == held.end and _RANK[e.kind] >= _RANK[held.kind]):
+                held = e  # longer, or the same folder's stronger marker (an expired span's, then a manifest)
             continue
         if held is not None and (reach is None or held.end > reach):
             yield held

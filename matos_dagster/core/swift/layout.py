@@ -5,6 +5,7 @@
                                                    (an object rewritten by the n-th erasure of its records)
     <prefix>/topic=<topic>/partition=<p>/<start:020d>-<end:020d>/_manifest.json
     <prefix>/topic=<topic>/partition=<p>/<start:020d>-<end:020d>/_loss.json   (an acknowledged loss)
+    <prefix>/topic=<topic>/partition=<p>/<start:020d>-<end:020d>/_expired.json (a span expired by age)
     <prefix>/topic=<topic>/_monitor/partition=<p>.json                        (the monitor's mark)
     <prefix>/topic=<topic>/_audit/partition=<p>.json                          (the verifier's mark)
     <prefix>/topic=<topic>/_schemas/<schema id>.json                          (a record schema, archived)
@@ -12,6 +13,8 @@
     <prefix>/_erasure/topic=<topic>/ledger.json                               (what the topic's writers leave out)
     <prefix>/_erasure/requests/<id>.json                                      (an erasure request, until done)
     <prefix>/_erasure/records/<id>.json                                       (an erasure, done: its record)
+    <prefix>/_expiry/topic=<topic>/partition=<p>.json                         (expiry's cursor)
+    <prefix>/_expiry/records/<id>.json                                        (an expiry run: its record)
     <prefix>/_iceberg/...                                                     (the Iceberg tables)
     <prefix>/_matos_check/<unique>                                            (`matos check`'s probe)
 
@@ -31,6 +34,9 @@ MANIFEST = "_manifest.json"
 # An acknowledged data loss is recorded in a range folder of its own, so the one listing
 # that finds archived ranges finds losses too, in offset order. Engines skip `_` files.
 LOSS = "_loss.json"
+# A span whose every record was older than the topic's `archive_retention_days` (core/expire/):
+# its objects are deleted, the marker stays, so the span is expired, never a gap.
+EXPIRED = "_expired.json"
 EXTENSIONS = {"parquet": ".parquet", "jsonl": ".jsonl.gz"}
 _RANGE_DIR = re.compile(r"^(\d{20})-(\d{20})$")
 
@@ -57,6 +63,10 @@ def manifest_name(prefix: str, r: OffsetRange) -> str:
 
 def loss_name(prefix: str, r: OffsetRange) -> str:
     return join(range_dir(prefix, r), LOSS)
+
+
+def expired_name(prefix: str, r: OffsetRange) -> str:
+    return join(range_dir(prefix, r), EXPIRED)
 
 
 def object_name(directory: str, first_offset: int, fmt: str) -> str:
@@ -92,6 +102,15 @@ def erasure_record_name(prefix: str, request_id: str) -> str:
 
 def erasure_ledger_name(prefix: str, topic: str) -> str:
     return join(erasure_dir(prefix), f"topic={topic}", "ledger.json")
+
+
+def expiry_cursor_name(prefix: str, topic: str, partition: int) -> str:
+    """How far expiry (core/expire/) looked, and the kept ranges it must look at again: outside every topic folder."""
+    return join(prefix, "_expiry", f"topic={topic}", f"partition={partition}.json")
+
+
+def expiry_record_name(prefix: str, record_id: str) -> str:
+    return join(prefix, "_expiry", "records", f"{record_id}.json")
 
 
 def monitor_mark_name(prefix: str, topic: str, partition: int) -> str:

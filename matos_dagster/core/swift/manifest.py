@@ -34,6 +34,8 @@ Also from 4: `erased`, the offsets of the range whose records an erasure removed
 Kafka, deliberately not in the archive; absent when none was. Counts, offsets, sizes, checksums,
 typed counts and `hours` are those of the records left. Objects rewritten by an erasure are named
 `part-<offset>.e<n>.<ext>` (layout.py). A matos-dagster that reads 1 to 3 refuses version 4.
+Also from 4: `expired`, the spans `[[start, end], ...]` of offsets whose records expiry removed
+because they were stamped before the topic's retention (core/expire/); absent when none was.
 """
 
 from __future__ import annotations
@@ -174,6 +176,7 @@ class Manifest:
     topic_id: str | None = _ABSENT  # Kafka's id of the log read (None: the broker gives none)
     incarnation: int = _ABSENT  # that log's number among the topic's incarnations
     erased: list[int] = _ABSENT  # version 4: offsets whose records an erasure removed (core/erase/)
+    expired: list[list[int]] = _ABSENT  # version 4: spans of offsets whose records expired by age (core/expire/)
 
     @property
     def range(self) -> OffsetRange:
@@ -195,6 +198,10 @@ class Manifest:
         if m.erased is not _ABSENT and (not isinstance(m.erased, list) or any(
                 not isinstance(o, int) or isinstance(o, bool) for o in m.erased)):
             raise ManifestError(f"manifest: erased must be a list of offsets, got {m.erased!r}")
+        if m.expired is not _ABSENT and (not isinstance(m.expired, list) or any(
+                not isinstance(s, list) or len(s) != 2 or not all(isinstance(o, int) and not isinstance(o, bool)
+                                                                  for o in s) or not s[0] < s[1] for s in m.expired)):
+            raise ManifestError(f"manifest: expired must be a list of [start, end] offset spans, got {m.expired!r}")
         for where, typed in [("manifest", m.typed)] + [(f"object {i}", o.typed) for i, o in enumerate(listed)]:
             if typed is not _ABSENT:
                 _check_typed(typed, where, per_object=where != "manifest")

@@ -26,7 +26,7 @@ from matos_dagster.core.kafka.client import KafkaClient
 from matos_dagster.core.offsets import spans
 from matos_dagster.core.offsets.ranges import OFFSET_WIDTH
 from matos_dagster.core.swift import chosen_incarnation, layout
-from matos_dagster.core.swift.archived import LOSS, RANGE, Entry, PartitionArchive, archived_partitions
+from matos_dagster.core.swift.archived import EXPIRED, LOSS, RANGE, Entry, PartitionArchive, archived_partitions
 from matos_dagster.core.swift.store import Store, SwiftError
 from matos_dagster.core.topics import TopicConfig
 from matos_dagster.core.verify.coverage import (
@@ -41,6 +41,7 @@ from matos_dagster.core.verify.coverage import (
 )
 from matos_dagster.core.verify.kafka import KafkaRecords
 from matos_dagster.core.verify.marks import read_mark, write_mark
+from matos_dagster.core.verify.expired import check_expired
 from matos_dagster.core.verify.objects import check_loss, check_range
 
 EVERYTHING, FROM_MARK = "all", "mark"
@@ -128,9 +129,11 @@ def _partition(report: Report, archive: PartitionArchive, group: str, committed:
 
     summary = PartitionSummary(p, None, None, committed, audited_from=start)
     report.partitions.append(summary)
-    ranges = [e.span for e in entries if e.kind == RANGE]
+    # An expired span (core/expire/) holds offsets as a range does: covered, neither a gap nor lost.
+    ranges = [e.span for e in entries if e.kind in (RANGE, EXPIRED)]
     losses = [e.span for e in entries if e.kind == LOSS]
     low = None
+    expired = 0
     if not live:
         # An earlier log: nothing of Kafka's to judge against; holes between entries are gaps still.
         problems, loss = check_coverage(topic, group, p, ranges, 0, _NO_END, None, losses, start)
@@ -157,10 +160,14 @@ def _partition(report: Report, archive: PartitionArchive, group: str, committed:
             continue  # the entry below the audit's start: judged for coverage only
         if e.kind == RANGE:
             check_range(report, archive, e, low, reader, summary, incarnation)
+        elif e.kind == EXPIRED:
+            expired += check_expired(report, archive, e)
         else:
             check_loss(report, archive, e, low)
         if say:
             say(f"{topic}/{p}[{e.start}, {e.end}) checked")
+    if expired:
+        report.notes.append(f"{topic}/{p}: {expired} offsets expired by age (archive_retention_days), not lost")
     for hole in report.problems[found[0]:]:
         if hole.kind in (GAP, UNCOVERED) and hole.partition == p:
             report.notes += _unfinished(archive, hole.start, hole.end)

@@ -38,6 +38,7 @@ from matos_dagster.core.verify.coverage import (
     manifest_issues,
     object_issues,
 )
+from matos_dagster.core.verify.expired import expired_offsets
 from matos_dagster.core.verify.kafka import Comparison, KafkaRecords
 
 Say = Callable[..., None]
@@ -69,7 +70,9 @@ def check_range(report: Report, archive: PartitionArchive, entry: Entry, low: in
         problem(OFFSETS, f"{where}: object {name} {msg}", name)
     compare = None
     if reader is not None and low is not None and max(span[0], low) < span[1]:
-        compare = Comparison(reader, topic, p, max(span[0], low), span[1], report.sample, doc.get("erased") or ())
+        lo = max(span[0], low)  # offsets an erasure or expiry removed are not compared
+        compare = Comparison(reader, topic, p, lo, span[1], report.sample,
+                             set(doc.get("erased") or ()) | expired_offsets(doc, lo, span[1]))
     spoiled = False
     for o in objs:
         summary.objects += 1

@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import signal
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 
 import pytest
-from helpers import produce, read_kafka, table_rows, user_env
+from helpers import killed_script, produce, read_kafka, table_rows, user_env
 from typed_samples import retype
 
 from matos_dagster.core import reader
@@ -32,7 +29,6 @@ from matos_dagster.core.offsets.ranges import OffsetRange
 from matos_dagster.core.records.objects import decode
 from matos_dagster.core.restore.plan import Request as RestoreRequest
 from matos_dagster.core.restore.run import restore
-from matos_dagster.core.settings import PROJECT_ROOT
 from matos_dagster.core.swift import layout
 from matos_dagster.core.swift.archived import PartitionArchive
 from matos_dagster.core.topics import TopicConfig
@@ -322,18 +318,7 @@ print("not killed")
 def killed(swift, request_id: str, topic: str, point: str) -> None:
     args = {"auth_url": swift.auth_url, "user": swift.user, "container": swift.container, "request": request_id,
             "topic": topic, "secret": SECRET}
-    env = {**os.environ, "MATOS_SWIFT_KEY": swift.key, "MATOS_FAULT": point}
-    with tempfile.TemporaryFile("w+") as out:
-        proc = subprocess.Popen([sys.executable, "-c", _KILLED, json.dumps(args)], env=env, cwd=PROJECT_ROOT,
-                                stdout=out, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-        try:
-            code = proc.wait(120)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(30)
-        out.seek(0)
-        assert code == -signal.SIGKILL, f"not killed at {point}: exit {code}\n{out.read()[-3000:]}"
+    killed_script(_KILLED, args, swift, point)
 
 
 @pytest.mark.parametrize("point", [
