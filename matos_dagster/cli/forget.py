@@ -83,7 +83,8 @@ def run(args: argparse.Namespace) -> int:
         return run_index(args)
     raw = gather_keys(args.key, args.keys_file)
     if not (args.reason or "").strip():
-        raise Refused("--reason is empty: say why (a ticket, the request's reference)")
+        raise Refused(f"--reason is {'empty' if args.reason is not None else 'missing'}: say why (a ticket, "
+                      "the request's reference)")
     try:
         secret = keys.erasure_key(settings.get(keys.SETTING))
     except keys.BadKey as e:
