@@ -14,10 +14,11 @@ keyed hash the erasure ledger and requests already use, never from the key itsel
 erasure key nobody can test whether a key is in an object. An index made with another erasure key
 (`key_id` differs, after a rotation) says nothing: its object is read.
 
-Its size: BITS_PER_KEY bits a distinct key (about 1 % false positives with K_MAX probes), at most
-MOST_BYTES (base64: a third more) whatever the object holds: an object of more distinct keys than
-that holds gets a fuller filter (more false positives, each an object read for nothing, never a
-record missed). No Dagster imports.
+Its size: BITS_PER_KEY bits a distinct key (about 0.05 % false positives with K_MAX probes: at
+1 %, an archive of 10,000 objects would read 100 for nothing, bench/erasure.py), at most MOST_BYTES
+(base64: a third more) whatever the object holds: an object of more distinct keys than that holds
+gets a fuller filter (more false positives, each an object read for nothing, never a record
+missed). No Dagster imports.
 """
 
 from __future__ import annotations
@@ -35,10 +36,10 @@ import pyarrow.compute as pc
 from matos_dagster.core.erase import keys as erase_keys
 
 ENTRY = "key_index"
-BITS_PER_KEY = 10  # about 1 % false positives at the best number of probes
-MOST_BYTES = 16 * 1024  # 131,072 bits: 1 % up to ~13,000 distinct keys an object; a manifest entry stays small
+BITS_PER_KEY = 16  # about 0.05 % false positives at the best number of probes (11)
+MOST_BYTES = 16 * 1024  # 131,072 bits: 0.05 % up to ~8,000 distinct keys an object; a manifest entry stays small
 LEAST_BYTES = 8
-K_MAX = 7
+K_MAX = 11
 
 
 def _pairs(digests: list[bytes]) -> np.ndarray:
