@@ -12,7 +12,7 @@ export DAGSTER_HOME := $(MATOS_DEVSTACK_DIR)/dagster
 DAGSTER_PORT ?= 3000
 PYTEST_TIMEOUT ?= 1200
 
-.PHONY: install run run-postgres up down status demo test test-all test-python-reader docs bench bench-peer bench-history bench-compaction bench-days bench-estate bench-ui bench-metrics clean
+.PHONY: install run run-postgres up down status demo test test-all test-python-reader docs bench bench-peer bench-history bench-compaction bench-days bench-estate bench-ui bench-metrics bench-erasure clean
 
 install: $(STAMP) $(NATIVE)
 
@@ -117,6 +117,8 @@ bench: install
 	$(BIN)/python -m matos_dev.bench.estate $(ESTATE_ARGS)
 	cp .bench/estate.md $(BENCH_DOCS)/estate.md
 	$(BIN)/python -m matos_dev.bench.metrics $(METRICS_ARGS)
+	$(BIN)/python -m matos_dev.bench.erasure $(ERASURE_ARGS)
+	cp .bench/erasure.md $(BENCH_DOCS)/erasure.md
 	$(BIN)/python -m matos_dev.bench --peer --peer-faults $(PEER_ARGS)
 
 # The archive side by side with Apache Iceberg's Kafka Connect sink (bench/peer.py): W1 and W2,
@@ -163,3 +165,11 @@ bench-ui: install
 # .bench/metrics.md); e.g. METRICS_ARGS="--partitions 100,1000 --duration-s 60".
 bench-metrics: install
 	$(BIN)/python -m matos_dev.bench.metrics $(METRICS_ARGS)
+
+# Erasing one key (in 20 objects) from an archive of 10,000 objects and 10 million records, with key
+# indexes against a full scan: objects read (target at most 1 %) and time (target at most a tenth)
+# (bench/erasure.py; the archive is written straight into Swift; about 30 minutes on 2 cores, most
+# of it the full scan); ERASURE_ARGS=--quick for 200 objects.
+bench-erasure: install
+	$(BIN)/python -m matos_dev.bench.erasure $(ERASURE_ARGS)
+	cp .bench/erasure.md $(BENCH_DOCS)/erasure.md

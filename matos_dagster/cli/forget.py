@@ -37,7 +37,12 @@ def add_arguments(c: argparse.ArgumentParser) -> None:
                    help="a key of a topic whose keys are registry-encoded (key_format avro, protobuf or "
                    "json_schema), as its decoded value in JSON (42, '\"c-42\"', '{\"id\": 42}'): matched in "
                    "every form the versions of the subject <topic>-key give it; repeat for more")
-    c.add_argument("--reason", required=True, help="why (a ticket, the request's reference); recorded in the archive")
+    c.add_argument("--reason", help="why (a ticket, the request's reference); recorded in the archive (required "
+                   "unless --index)")
+    c.add_argument("--index", action="store_true",
+                   help="erase nothing: give the topics' objects archived without a key index (before "
+                   "MATOS_ERASURE_KEY was set, or with another key) one, so that erasures skip the objects that "
+                   "cannot hold the keys; reads each such object once and rewrites only manifests")
 
 
 def gather_keys(given: list[str], keys_file: str | None, values: list[str] = ()) -> list[bytes]:
@@ -89,9 +94,12 @@ def run(args: argparse.Namespace) -> int:
     from matos_dagster.core.erase import keys, request, versions
     from matos_dagster.core.kafka import many
 
+    if args.index:
+        return run_index(args)
     raw = gather_keys(args.key, args.keys_file, args.key_value)
-    if not args.reason.strip():
-        raise Refused("--reason is empty: say why (a ticket, the request's reference)")
+    if not (args.reason or "").strip():
+        raise Refused(f"--reason is {'empty' if args.reason is not None else 'missing'}: say why (a ticket, "
+                      "the request's reference)")
     try:
         secret = keys.erasure_key(settings.get(keys.SETTING))
     except keys.BadKey as e:
@@ -115,6 +123,29 @@ def run(args: argparse.Namespace) -> int:
     print(f"forget: request {req.id} written to {name} ({len(req.hashes)} key(s), topics {', '.join(topics)})")
     output, result = run_job("forget", "forget_keys", {"request": req.id})
     print(f"forget: done (run {result.run_id}): {output} record(s) erased")
+    for k, v in output_metadata(result, "forget_keys").items():
+        print(f"  {k}: {v}")
+    return 0
+
+
+def run_index(args: argparse.Namespace) -> int:
+    """`--index`: the forget job given the topics to index (core/erase/index_build.py)."""
+    from matos_dagster.cli import archive
+    from matos_dagster.core import settings
+    from matos_dagster.core.erase import keys
+    from matos_dagster.core.kafka import many
+
+    if args.key or args.keys_file or args.key_value:
+        raise Refused("--index erases nothing: give it --topic only, without --key, --keys-file or --key-value")
+    try:
+        keys.erasure_key(settings.get(keys.SETTING))
+    except keys.BadKey as e:
+        raise Refused(str(e)) from None
+    chosen = archive.current()
+    kafka = chosen.resource("kafka").process_config_and_initialize()
+    topics = chosen_topics(args.topic, chosen.topic_set, sorted(many.topics(kafka)))
+    output, result = run_job("forget", "forget_keys", {"index_topics": topics})
+    print(f"forget --index: done (run {result.run_id}): {output} object(s) given a key index")
     for k, v in output_metadata(result, "forget_keys").items():
         print(f"  {k}: {v}")
     return 0

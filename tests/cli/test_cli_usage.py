@@ -119,6 +119,9 @@ REFUSALS = [
      "forget: --key: after `hex:` give an even number of hex digits"),
     (["forget", "--topic", "demo", "--key", "customer-42", "--reason", "t"], {},
      "forget: MATOS_ERASURE_KEY is not set"),
+    (["forget", "--topic", "demo", "--key", "customer-42"], {}, "forget: --reason is missing: say why"),
+    (["forget", "--topic", "demo", "--index", "--key", "customer-42"], {},
+     "forget: --index erases nothing: give it --topic only"),
 ]
 
 

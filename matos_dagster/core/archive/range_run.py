@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from matos_dagster.core import faults, settings
-from matos_dagster.core.erase import ledger
+from matos_dagster.core.erase import key_index, ledger
 from matos_dagster.core.erase.keys import SETTING as ledger_key
 from matos_dagster.core.archive import loss
 from matos_dagster.core.archive.commit import advance
@@ -240,6 +240,7 @@ def plan(r: OffsetRange, topic: TopicConfig, kafka: KafkaClient, store: Store, m
         leave = ledger.leave(doc, r.partition, r.start, settings.get(ledger_key))
     except ledger.LedgerError as e:
         raise RangeRefused(f"range {r}: {e}") from None
+    index = key_index.indexer_or_none(settings.get(ledger_key), lambda why: say(f"{r}: {why}"))
     jobs = [
         SliceJob(
             slice=s,
@@ -252,6 +253,7 @@ def plan(r: OffsetRange, topic: TopicConfig, kafka: KafkaClient, store: Store, m
             max_record_bytes=topic.max_record_bytes,
             typing=typing,
             leave=leave,
+            index=index,
         )
         for s in r.slices(topic.slice_records)
     ]

@@ -63,6 +63,9 @@ class SliceJob:
     # What the topic's erasure ledger leaves out of this partition (core/erase/ledger.py `Leave`:
     # keyed hashes and offsets, the erasure key in no repr); None when it says nothing here.
     leave: Any = None
+    # Makes each object's key index (core/erase/key_index.py `Indexer`: the erasure key in no repr;
+    # only the filter's bits leave the task); None when MATOS_ERASURE_KEY is unset: no index.
+    index: Any = None
 
 
 _said: set[str] = set()  # why this process reads with the Python reader, once said
@@ -134,7 +137,8 @@ def consumer_conf(kafka_conf: dict[str, Any], group: str) -> dict[str, Any]:
 def _new_batch(job: SliceJob) -> Batch:
     # With the format, every 4 MiB chunk is encoded as it is sealed and released: the task
     # holds one chunk of rows and the encoded object, not the object's rows (memory).
-    return Batch(job.slice.topic, job.slice.partition, fmt=job.format, typing=job.typing)
+    return Batch(job.slice.topic, job.slice.partition, fmt=job.format, typing=job.typing,
+                 key_index=None if job.index is None else job.index.gather())
 
 
 def _too_large(job: SliceJob, offset: int, size: int) -> RecordTooLarge:
@@ -377,9 +381,10 @@ def _finish(batch: Batch, job: SliceJob) -> tuple[str, bytes, dict]:
     writer = batch.writer(job.format)
     data = writer.finish()
     name = layout.object_name(job.directory, stats["first_offset"], job.format)
-    typed = batch.typed()
+    typed, index = batch.typed(), batch.key_index()
     return name, data, {"name": name, "bytes": len(data), "md5": writer.md5, "record_bytes": batch.nbytes,
-                        "largest_record_bytes": batch.largest, **stats, **({"typed": typed} if typed else {})}
+                        "largest_record_bytes": batch.largest, **stats, **({"typed": typed} if typed else {}),
+                        **({"key_index": index} if index else {})}
 
 
 def _upload(store: Store, name: str, data: bytes, entry: dict) -> dict:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -49,6 +50,9 @@ class MergeJob:
     # What the topic's erasure ledger leaves out of the group (core/erase/ledger.py): objects written
     # before an erasure rewrote them still hold its records, and a merge must not carry them on.
     leave: Leave | None = None
+    # Rebuilds each merged object's key index from its records (core/erase/key_index.py `Indexer`):
+    # the inputs' filters differ in size, so they cannot simply be OR-ed. None: no index.
+    index: Any = None
 
 
 def merge_group(job: MergeJob) -> list[dict]:
@@ -151,7 +155,8 @@ def _flush(tables: list[pa.Table], nbytes: int, job: MergeJob, store: Store) -> 
     data, md5, stats = encoded(table, job.format, tables)
     name = layout.object_name(job.directory, stats["first_offset"], job.format)
     store.put(name, data, md5=md5)
-    return {"name": name, "bytes": len(data), "md5": md5, "record_bytes": nbytes, **stats}
+    index = {} if job.index is None else {"key_index": job.index.of(table["key"])}
+    return {"name": name, "bytes": len(data), "md5": md5, "record_bytes": nbytes, **stats, **index}
 
 
 def encoded(table: pa.Table, fmt: str, tables: list[pa.Table]) -> tuple[bytes, str, dict]:

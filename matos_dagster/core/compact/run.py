@@ -44,7 +44,7 @@ from typing import Any, Callable
 
 from matos_dagster.core import faults, settings
 from matos_dagster.core.compact.merge import CompactionError, MergeJob, merge_group
-from matos_dagster.core.erase import ledger
+from matos_dagster.core.erase import key_index, ledger
 from matos_dagster.core.erase.keys import SETTING
 from matos_dagster.core.compact.plan import Group, Member, holder, plan
 from matos_dagster.core.iceberg.hooks import keep_compacted
@@ -234,8 +234,9 @@ def compact_partition(
 def _job(topic: TopicConfig, partition: int, g: Group, docs, store: Store, prefix: str, leave=None) -> MergeJob:
     r = OffsetRange(topic.name, partition, g.start, g.end)
     objects_in = tuple(o for m in g.members for o in docs[(m.start, m.end)]["objects"])
+    index = key_index.indexer_or_none(settings.get(SETTING), lambda why: None)  # the archive run says why
     return MergeJob(r, layout.range_dir(prefix, r), objects_in, g.members[0].format, store.params, topic.object_bytes,
-                    leave)
+                    leave, index)
 
 
 def _switch(g: Group, job: MergeJob, written: list[dict], docs, archive: PartitionArchive, store: Store,

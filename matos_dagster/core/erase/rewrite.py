@@ -1,10 +1,11 @@
 """One partition's archive rewritten without the records of given keys.
 
-Every range folder of the partition is read, not only the effective ones: a folder superseded by
+Every range folder of the partition is looked at, not only the effective ones: a folder superseded by
 compaction (still inside `compact_grace_s`) holds the same records as its compacted range, an
 unfinished attempt or a stray object may hold them too. In a folder with a manifest, each object
 that holds a record of the keys is replaced, in this order, so that a crash at any step leaves a
-consistent manifest and the next run ends in the same state:
+consistent manifest and the next run ends in the same state (an object whose key index, in its
+manifest entry, says it holds none of the keys is not read: key_index.py):
 
 1. the replacement, without those records, is written under a new name
    (`part-<offset>.e<n>.<ext>`, layout.py: never a name an archive run writes), read back and
@@ -22,8 +23,10 @@ No Dagster imports.
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import logging
+import threading
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
@@ -34,7 +37,9 @@ import pyarrow.compute as pc
 from matos_dagster.core import faults
 from matos_dagster.core.days import buckets
 from matos_dagster.core.compact.merge import encoded, row_sizes
-from matos_dagster.core.erase.keys import Matcher
+from matos_dagster.core.erase import key_index
+from matos_dagster.core.erase.hours import hours_after
+from matos_dagster.core.erase.keys import Matcher, key_id
 from matos_dagster.core.offsets.ranges import OffsetRange
 from matos_dagster.core.records.objects import decode
 from matos_dagster.core.swift import layout, manifest
@@ -58,6 +63,8 @@ class PartitionErased:
     deleted: list[str] = field(default_factory=list)  # objects deleted: left with no record, or strays
     objects_read: int = 0
     bytes_read: int = 0
+    objects_skipped: int = 0  # objects of a manifest whose key index says they hold none of the keys
+    bytes_written: int = 0  # the replacements' bytes
     notes: list[str] = field(default_factory=list)
     incarnation: int = 1  # the topic's log (core/swift/incarnations.py) the folders were of
 
@@ -79,15 +86,70 @@ def erase_partition(store: Store, prefix: str, topic: str, partition: int, match
     is switched (the days to evaluate again: core/days/erased.py)."""
     done = PartitionErased(topic, partition, set(before))
     archive = PartitionArchive(store, prefix, topic, partition)
-    for folder in archive.folders_from(0):
-        listed, erased = set(), set()
-        if (folder.entry is not None and folder.entry.kind == RANGE) or layout.MANIFEST in _bases(folder):
-            listed, erased = _erase_range(store, prefix, OffsetRange(topic, partition, folder.start, folder.end),
-                                          matcher, done, say, on_range, before_switch)
-        for name in folder.names:
-            if name not in listed and not layout.is_bookkeeping(name):
-                _erase_stray(store, name, matcher, done, say, erased)
+    with ManifestReader(store.params) as manifests:
+        for folders in _windows(archive.folders_from(0), ManifestReader.AHEAD):
+            ranges = {f.span: OffsetRange(topic, partition, f.start, f.end) for f in folders
+                      if (f.entry is not None and f.entry.kind == RANGE) or layout.MANIFEST in _bases(f)}
+            docs = manifests.read([layout.manifest_name(prefix, r) for r in ranges.values()])
+            for folder in folders:
+                listed, erased = set(), set()
+                if folder.span in ranges:
+                    r = ranges[folder.span]
+                    listed, erased = _erase_range(store, prefix, r, matcher, done, say, on_range,
+                                                  docs[layout.manifest_name(prefix, r)], before_switch)
+                for name in folder.names:
+                    if name not in listed and not layout.is_bookkeeping(name):
+                        _erase_stray(store, name, matcher, done, say, erased)
     return done
+
+
+def _windows(items: Iterable, n: int) -> Iterable[list]:
+    """`items` n at a time (the folders' listing stays lazy)."""
+    chunk = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == n:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+class ManifestReader:
+    """The manifests of a window of folders, read by THREADS threads (a Store each: one connection).
+
+    Why: an erasure that skips most objects by their key index spends most of its time waiting for
+    manifests, one GET each; read THREADS at a time they cost a fraction of that (bench/erasure.py).
+    The window (AHEAD folders) bounds what is held, whatever the partition's history."""
+
+    THREADS = 8
+    AHEAD = 64
+
+    def __init__(self, params):
+        self._params = params
+        self._local = threading.local()
+        self._stores: list[Store] = []
+        self._lock = threading.Lock()
+        self._pool = concurrent.futures.ThreadPoolExecutor(self.THREADS, thread_name_prefix="manifests")
+
+    def _get(self, name: str) -> dict | None:
+        store = getattr(self._local, "store", None)
+        if store is None:
+            store = self._local.store = Store(self._params)
+            with self._lock:
+                self._stores.append(store)
+        return store.get_json(name)
+
+    def read(self, names: list[str]) -> dict[str, dict | None]:
+        return dict(zip(names, self._pool.map(self._get, names)))
+
+    def __enter__(self) -> "ManifestReader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._pool.shutdown(wait=True)
+        for store in self._stores:
+            store.close()
 
 
 def _bases(folder: Folder) -> set[str]:
@@ -95,11 +157,11 @@ def _bases(folder: Folder) -> set[str]:
 
 
 def _erase_range(store: Store, prefix: str, r: OffsetRange, matcher: Matcher, done: PartitionErased,
-                 say: Callable[[str], None], on_range=None, before_switch=None) -> tuple[set[str], set[int]]:
-    """Steps 1-3 for one folder with a manifest; the names its old and new manifest list, and the
-    offsets the manifest now says are erased."""
+                 say: Callable[[str], None], on_range=None, doc: dict | None = None,
+                 before_switch=None) -> tuple[set[str], set[int]]:
+    """Steps 1-3 for one folder with a manifest (`doc`, read by ManifestReader); the names its old
+    and new manifest list, and the offsets the manifest now says are erased."""
     mname = layout.manifest_name(prefix, r)
-    doc = store.get_json(mname)
     if doc is None:  # deleted meanwhile (compaction's clean-up): its objects are strays now
         return set(), set()
     try:
@@ -107,14 +169,23 @@ def _erase_range(store: Store, prefix: str, r: OffsetRange, matcher: Matcher, do
     except manifest.ManifestError as e:
         raise ErasureError(f"{r}: its manifest {mname} cannot be read ({e}); nothing of it was rewritten") from None
     fmt = doc["format"]
-    entries, replaced, erased_now, erased_bytes, gone_rows = [], [], [], 0, []
+    entries, replaced, erased_now, erased_bytes, gone_all, skipped, gone_rows = [], [], [], 0, [], [], []
+    kid = key_id(matcher.secret)
     for o in doc["objects"]:
+        # An object whose key index says none of the keys is in it is not read (key_index.py);
+        # trusted only in a manifest with `hours`, which the manifest is then rewritten from.
+        if "hours" in doc and not key_index.may_hold(o.get(key_index.ENTRY), kid, matcher.hashes):
+            done.objects_skipped += 1
+            skipped.append(o)
+            entries.append(o)
+            continue
         table = _read(store, o["name"], fmt, done, o["md5"], r)
         hit = np.asarray(matcher.mask(table["key"]).to_numpy(zero_copy_only=False), dtype=bool)
         if not hit.any():
             entries.append({**o, "hours": encoded_hours(table)})
             continue
         gone = table.filter(pa.array(hit))
+        gone_all.append(gone.select(["offset", "timestamp", "key", "value", "headers"]))
         erased_now += gone["offset"].to_pylist()
         erased_bytes += int(row_sizes(gone).sum())
         gone_rows += zip(gone["offset"].to_pylist(), pc.cast(gone["timestamp"], pa.int64()).to_pylist(),
@@ -122,16 +193,26 @@ def _erase_range(store: Store, prefix: str, r: OffsetRange, matcher: Matcher, do
         kept = table.filter(pa.array(~hit))
         replaced.append(o["name"])
         if kept.num_rows:
-            entries.append(_replace(store, o, kept, fmt, r))
+            entries.append(_replace(store, o, kept, fmt, r, matcher, done))
             done.rewritten.append([o["name"], entries[-1]["name"]])
     if not erased_now:
         return {o["name"] for o in doc["objects"]}, set(doc.get("erased", []))
     if before_switch is not None:
         before_switch(gone_rows)
     faults.at("erase-after-objects")
+    hours = None
+    if skipped:
+        def hours_of(o: dict) -> dict:  # a skipped object read after all (hours.py says when)
+            done.objects_skipped -= 1
+            return encoded_hours(_read(store, o["name"], fmt, done, o["md5"], r))
+
+        hours = hours_after(doc, entries, skipped, pa.concat_tables(gone_all), hours_of)
+        entries = [e if "hours" in e else {**e, "hours": {}} for e in entries]  # the range's hours: `hours` below
     formats = {side: t["format"] for side, t in doc.get("typed", {}).items()} or None
     new = manifest.build(r, fmt, entries, formats, doc.get("topic_id"), doc.get("incarnation"),
                          erased=doc.get("erased", []) + erased_now)
+    if hours is not None and "hours" in new:
+        new["hours"] = hours
     if "replaces" in doc:  # a compacted range stays one
         new["replaces"] = doc["replaces"]
     new["record_bytes"] = int(doc.get("record_bytes", 0)) - erased_bytes
@@ -165,11 +246,14 @@ def _read(store: Store, name: str, fmt: str, done: PartitionErased, md5: str | N
     return decode(data, fmt)
 
 
-def _replace(store: Store, o: dict, kept: pa.Table, fmt: str, r: OffsetRange) -> dict:
-    """Step 1 for one object: its replacement written, read back and checked; its manifest entry."""
+def _replace(store: Store, o: dict, kept: pa.Table, fmt: str, r: OffsetRange, matcher: Matcher,
+             done: PartitionErased) -> dict:
+    """Step 1 for one object: its replacement written, read back and checked; its manifest entry,
+    with the key index of the records left (made with the erasure key the erasure runs with)."""
     data, md5, stats = encoded(kept, fmt, [kept])
     name = layout.erased_object_name(o["name"])
     store.put(name, data, md5=md5)
+    done.bytes_written += len(data)
     back = store.get(name)
     if back is None or hashlib.md5(back).hexdigest() != md5 or decode(back, fmt).num_rows != kept.num_rows:
         raise ErasureError(f"{r}: the replacement {name} did not read back as written; nothing was switched to it")
@@ -179,6 +263,7 @@ def _replace(store: Store, o: dict, kept: pa.Table, fmt: str, r: OffsetRange) ->
         entry["largest_record_bytes"] = int(sizes.max())
     if "typed" not in o:
         entry.pop("typed", None)
+    entry[key_index.ENTRY] = key_index.Indexer(matcher.secret, key_id(matcher.secret)).of(kept["key"])
     return entry
 
 

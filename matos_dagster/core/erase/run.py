@@ -134,11 +134,16 @@ def record_of(req: request.Request, run_id: str, outcomes: Iterable[PartitionEra
             "objects_rewritten": p.rewritten,
             "objects_deleted": p.deleted,
             "objects_read": p.objects_read,
+            "objects_skipped": p.objects_skipped,  # their key index says they hold none of the keys
+            "bytes_read": p.bytes_read,
+            "bytes_written": p.bytes_written,
         }
     return {"id": req.id, "requested_at": req.requested_at,
             "done_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "run_id": run_id,
             "reason": req.reason, "key_id": req.key_id, "hashes": list(req.hashes),
             "records_erased": sum(v["records_erased"] for ps in topics.values() for v in ps.values()),
+            **{k: sum(v[k] for ps in topics.values() for v in ps.values())
+               for k in ("objects_read", "objects_skipped", "bytes_read", "bytes_written")},
             "topics": {t: dict(sorted(ps.items(), key=lambda kv: int(kv[0]))) for t, ps in sorted(topics.items())}}
 
 

@@ -43,7 +43,7 @@ class Batch:
     """
 
     def __init__(self, topic: str, partition: int, chunk_bytes: int = 4 * 1024**2, fmt: str | None = None,
-                 typing=None):
+                 typing=None, key_index=None):
         self.topic = topic
         self.partition = partition
         self.chunk_bytes = chunk_bytes
@@ -69,6 +69,8 @@ class Batch:
         self.hours: buckets.Buckets = {}  # what the object holds of each hour (the days' unit)
         # Records a typed cut left for the next object (SCHEMA), not part of this one.
         self.overflow: pa.RecordBatch | None = None
+        # The object's key index as its chunks come (core/erase/key_index.py `Gathered`), None for none.
+        self._key_index = key_index
 
     def _new_lists(self) -> None:
         self.offsets: list[int] = []
@@ -173,6 +175,8 @@ class Batch:
             self.max_timestamp = hi if self.max_timestamp is None else max(self.max_timestamp, hi)
         hours, _ = buckets.of_records(chunk.column("timestamp"), offsets, sizes)
         self.hours = buckets.merge(self.hours, hours)
+        if self._key_index is not None:
+            self._key_index.add(chunk.column("key"))
         self._rows += chunk.num_rows
         self._keep(chunk)
 
@@ -211,6 +215,10 @@ class Batch:
     def schema(self) -> pa.Schema:
         """The object's Arrow schema: SCHEMA, or with a topic's typed columns once they are known."""
         return SCHEMA if self._types is None or self._types.schema is None else self._types.schema
+
+    def key_index(self) -> dict | None:
+        """The object's manifest entry `key_index`, None without an erasure key."""
+        return None if self._key_index is None else self._key_index.index()
 
     def typed(self) -> dict | None:
         """The object's decode counts per typed side (its manifest entry's `typed`), None if untyped."""

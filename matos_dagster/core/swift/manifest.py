@@ -36,6 +36,9 @@ typed counts and `hours` are those of the records left. Objects rewritten by an 
 `part-<offset>.e<n>.<ext>` (layout.py). A matos-dagster that reads 1 to 3 refuses version 4.
 Also from 4: `expired`, the spans `[[start, end], ...]` of offsets whose records expiry removed
 because they were stamped before the topic's retention (core/expire/); absent when none was.
+Also from 4: each object's `key_index` where MATOS_ERASURE_KEY was set when it was written, a
+Bloom filter of its records' keyed hashes by which an erasure skips the object
+(core/erase/key_index.py: `{"key_id": ..., "k": ..., "bits": "<base64>"}`).
 """
 
 from __future__ import annotations
@@ -91,7 +94,8 @@ def build(r: OffsetRange, fmt: str, objects: list[dict], typed: dict[str, str] |
         # checks a target's max.message.bytes before producing; absent from older manifests.
         "largest_record_bytes": max((o["largest_record_bytes"] for o in objects), default=0)
         if all("largest_record_bytes" in o for o in objects) else None,
-        "objects": [{**{k: o[k] for k in OBJECT_KEYS}, **_largest(o), **_typed_of(o)} for o in objects],
+        "objects": [{**{k: o[k] for k in OBJECT_KEYS}, **_largest(o), **_typed_of(o), **_key_index(o)}
+                    for o in objects],
         **({"typed": typed_totals(typed, objects)} if typed else {}),
         **({"hours": buckets.to_json(buckets.merge(*(buckets.from_json(o["hours"]) for o in objects)))}
            if objects and all("hours" in o for o in objects) else {}),
@@ -125,6 +129,10 @@ def typed_totals(formats: dict[str, str], objects: list[dict]) -> dict:
     return out
 
 
+def _key_index(o: dict) -> dict:
+    return {"key_index": o["key_index"]} if o.get("key_index") else {}
+
+
 def _largest(o: dict) -> dict:
     return {"largest_record_bytes": o["largest_record_bytes"]} if "largest_record_bytes" in o else {}
 
@@ -148,6 +156,7 @@ class ObjectEntry:
     max_timestamp: int | None
     largest_record_bytes: int | None = _ABSENT
     typed: dict = _ABSENT  # a typed topic's: per side, format, reader schema id, schema ids, counts
+    key_index: dict = _ABSENT  # a Bloom filter of its records' keyed hashes (core/erase/key_index.py)
 
 
 @dataclass(frozen=True)
