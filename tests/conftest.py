@@ -43,6 +43,10 @@ OUTPUT = PROJECT_ROOT / "test-output"
 
 # Not MATOS_*: tests that hand a CLI run a clean MATOS_ environment must still pass it on.
 SESSION_VARIABLE = "PYTEST_MATOS_SESSION"
+# How long the session's end waits for its processes to exit before it names them as left running
+# (a server stopped just now may take a moment). tests/test_leak_check.py's nested sessions, whose
+# forgotten process never exits by itself, wait less.
+LEAK_GRACE_VARIABLE = "PYTEST_MATOS_LEAK_GRACE_S"
 
 
 # --------------------------------------------------------------------------- no process left
@@ -95,6 +99,16 @@ def _stop_leftovers(leftovers: dict[int, str]) -> dict[int, str]:
     return leftovers
 
 
+def pytest_collection_finish(session):
+    """tests/test_install.py's wheel and fresh virtualenv are made in the background from the
+    session's start, if a selected test there needs them (start_ahead)."""
+    needs = [item for item in session.items if item.path.name == "test_install.py"
+             and {"dist", "venv"} & set(item.fixturenames)]
+    if needs:
+        needs[0].module.start_ahead(session.config._tmp_path_factory,
+                                    with_venv=any("venv" in item.fixturenames for item in needs))
+
+
 @pytest.hookimpl(trylast=True)  # after pytest's own, which tears down what is left
 def pytest_sessionfinish(session, exitstatus):
     """After every fixture is torn down: fail the session if any process of it still runs."""
@@ -104,9 +118,12 @@ def pytest_sessionfinish(session, exitstatus):
     # that parse parses too, and CPython 3.11's AST builder then fails the session with
     # "AST constructor recursion depth mismatch".
     gc.collect()
+    ahead = sys.modules.get("test_install")
+    if ahead is not None and hasattr(ahead, "stop_ahead"):  # begun at the start, still going: stopped first
+        ahead.stop_ahead()
     if "pyspark" in sys.modules:  # a classic Spark some test made without the fixture
         stop_local_spark()
-    deadline = time.monotonic() + 30  # a server stopped just now may take a moment to exit
+    deadline = time.monotonic() + float(os.environ.get(LEAK_GRACE_VARIABLE, "30"))
     while (leftovers := processes_of_this_session()) and time.monotonic() < deadline:
         time.sleep(0.5)
     if not leftovers:

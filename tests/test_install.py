@@ -10,6 +10,7 @@ unpacking of the wheels.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import re
@@ -18,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 import tomllib
 import uuid
@@ -45,21 +47,82 @@ def runtime_modules() -> set[str]:
     return out
 
 
-@pytest.fixture(scope="module")
-def dist(tmp_path_factory) -> dict[str, Path]:
+def build(tmp: Path) -> dict[str, Path]:
     """The sdist, and the wheel built from it, as `python -m build` makes them."""
-    tmp = tmp_path_factory.mktemp("dist")
     # Built from a copy: setuptools leaves build/ and *.egg-info beside the sources it builds.
     source = tmp / "source"
     shutil.copytree(ROOT, source, symlinks=True, ignore=shutil.ignore_patterns(
         ".venv", ".devstack", ".bench", ".git", "build", "*.egg-info", "__pycache__", "test-output", "site",
-        "_slice_reader.so"))
-    p = subprocess.run([sys.executable, "-m", "build", "--outdir", str(tmp / "out"), str(source)],
-                       capture_output=True, text=True, timeout=900)
+        "_slice_reader.so", ".hypothesis", ".pytest_cache"))  # the last two: written by the running session
+    p = _run([sys.executable, "-m", "build", "--outdir", str(tmp / "out"), str(source)], timeout=900)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     (wheel,) = (tmp / "out").glob("matos_dagster-*.whl")
     (sdist,) = (tmp / "out").glob("matos_dagster-*.tar.gz")
     return {"wheel": wheel, "sdist": sdist, "log": p.stdout + p.stderr}
+
+
+def install(dist: dict[str, Path], tmp: Path) -> Path:
+    """A fresh virtualenv outside the repository, with the wheel installed by pip."""
+    venv = tmp / "venv"
+    assert _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], timeout=120).returncode == 0
+    pip_install(venv, str(dist["wheel"]))
+    return venv
+
+
+# The build and the install (about 70 s on the 2-core CI, most of it pip writing 1.2 GB of
+# dependencies) start in a thread when the session starts (conftest.py calls start_ahead), so they
+# go on while the tests before this module run; the fixtures wait for them here.
+_ahead: dict[str, concurrent.futures.Future] = {}
+_running: set[subprocess.Popen] = set()
+
+
+def _run(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
+    """subprocess.run, the process known to stop_ahead while it runs."""
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as p:
+        _running.add(p)
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except BaseException:
+            p.kill()
+            raise
+        finally:
+            _running.discard(p)
+    return subprocess.CompletedProcess(argv, p.returncode, out, err)
+
+
+def start_ahead(tmp_path_factory, with_venv: bool) -> None:
+    future = concurrent.futures.Future()
+
+    def work():
+        try:
+            built = build(tmp_path_factory.mktemp("dist"))
+            _ahead["dist"].set_result(built)
+            if with_venv:
+                _ahead["venv"].set_result(install(built, tmp_path_factory.mktemp("installed")))
+        except BaseException as e:  # noqa: BLE001 - raised by the fixture that waits for it
+            for f in _ahead.values():
+                if not f.done():
+                    f.set_exception(e)
+
+    _ahead["dist"] = future
+    if with_venv:
+        _ahead["venv"] = concurrent.futures.Future()
+    threading.Thread(target=work, name="test_install ahead", daemon=True).start()
+
+
+def stop_ahead() -> None:
+    """At the session's end (conftest.py): a build or install still going (the session stopped
+    before this module) is stopped by its PID."""
+    for p in list(_running):
+        p.kill()
+        p.wait(30)
+
+
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory) -> dict[str, Path]:
+    if "dist" in _ahead:
+        return _ahead["dist"].result(timeout=1800)
+    return build(tmp_path_factory.mktemp("dist"))
 
 
 def test_the_wheel_holds_the_runtime_its_instance_file_and_the_native_reader(dist):
@@ -93,18 +156,16 @@ def test_the_sdist_holds_the_sources_the_build_and_the_files_a_deployment_starts
 
 
 def pip_install(venv: Path, *args: str) -> None:
-    p = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--quiet",
-                        "--no-compile", "--disable-pip-version-check", *args], capture_output=True, text=True, timeout=900)
+    p = _run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--quiet",
+              "--no-compile", "--disable-pip-version-check", *args], timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]
 
 
 @pytest.fixture(scope="module")
 def venv(dist, tmp_path_factory) -> Path:
-    """A fresh virtualenv outside the repository, with the wheel installed by pip."""
-    venv = tmp_path_factory.mktemp("installed") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
-    pip_install(venv, str(dist["wheel"]))
-    return venv
+    if "venv" in _ahead:
+        return _ahead["venv"].result(timeout=1800)
+    return install(dist, tmp_path_factory.mktemp("installed"))
 
 
 def test_the_wheel_installs_with_pip_into_a_fresh_virtualenv_outside_the_repository(dist, venv, tmp_path):

@@ -36,7 +36,9 @@ def test_a_session_that_leaves_a_process_running_fails_naming_it_and_stops_it(tm
         "import subprocess\n\n\n"
         "def test_forgets_a_process():\n"
         f"    subprocess.Popen(['sleep', '{seconds}'], start_new_session=True)\n")
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    # The session's end waits 2 s, not 30, for the forgotten process to exit by itself (it never does).
+    # (conftest.LEAK_GRACE_VARIABLE; by name: a later conftest.py, tests/exporter's, is `conftest` then.)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent), "PYTEST_MATOS_LEAK_GRACE_S": "2"}
     nested = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider", "-q", "test_leaky.py"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=500)

@@ -4,6 +4,8 @@ every command, a command for every job, and every refusal before the network in 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import contextlib
 import os
 import shlex
 import socket
@@ -63,9 +65,10 @@ def test_every_job_that_takes_config_has_a_command():
     assert "monitor" in subcommands() and "check" in subcommands()
 
 
-@pytest.fixture
-def listening():
-    """A port that takes connections and counts them: the network a refusal must not reach."""
+@contextlib.contextmanager
+def listener():
+    """A port that takes connections and counts them: the network a refusal must not reach.
+    127.0.0.1:PORT, and the connections it took while open."""
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(16)
@@ -83,12 +86,14 @@ def listening():
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
-    yield f"127.0.0.1:{server.getsockname()[1]}", accepted
-    stop.set()
-    thread.join(5)
-    for conn in accepted:
-        conn.close()
-    server.close()
+    try:
+        yield f"127.0.0.1:{server.getsockname()[1]}", accepted
+    finally:
+        stop.set()
+        thread.join(5)
+        for conn in accepted:
+            conn.close()
+        server.close()
 
 
 def offline(tmp_path, bootstrap: str, **settings: str) -> dict:
@@ -125,11 +130,31 @@ REFUSALS = [
 ]
 
 
-@pytest.mark.parametrize("args,settings,message", REFUSALS, ids=[" ".join(a) + "".join(s) for a, s, _ in REFUSALS])
-def test_a_bad_argument_or_setting_is_one_line_and_never_reaches_kafka(tmp_path, listening, args, settings, message):
-    bootstrap, accepted = listening
-    p = subprocess.run([*MATOS, *args], env=offline(tmp_path, bootstrap, **settings), cwd=tmp_path,
-                       capture_output=True, text=True, timeout=300)
+@pytest.fixture(scope="module")
+def refusal_runs(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, list]]:
+    """Each refusal's command in a process of its own, four at a time (the 2-core machine runs two
+    interpreters' start-up at a time instead of one), each with its own listening port and folder:
+    its result and the connections its port took."""
+    def one(args, settings, bootstrap, folder):
+        return subprocess.run([*MATOS, *args], env=offline(folder, bootstrap, **settings), cwd=folder,
+                              capture_output=True, text=True, timeout=300)
+
+    with contextlib.ExitStack() as stack, concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        started = {}
+        for args, settings, _ in REFUSALS:
+            bootstrap, accepted = stack.enter_context(listener())
+            started[refusal_id(args, settings)] = (
+                pool.submit(one, args, settings, bootstrap, tmp_path_factory.mktemp("refusal")), accepted)
+        return {name: (run.result(), list(accepted)) for name, (run, accepted) in started.items()}
+
+
+def refusal_id(args, settings) -> str:
+    return " ".join(args) + "".join(settings)
+
+
+@pytest.mark.parametrize("args,settings,message", REFUSALS, ids=[refusal_id(a, s) for a, s, _ in REFUSALS])
+def test_a_bad_argument_or_setting_is_one_line_and_never_reaches_kafka(refusal_runs, args, settings, message):
+    p, accepted = refusal_runs[refusal_id(args, settings)]
     assert p.returncode == 2 and p.stdout == "", p.stdout + p.stderr
     assert len(p.stderr.splitlines()) == 1 and p.stderr.startswith(f"python -m matos_dagster {message}"), p.stderr
     assert accepted == [], "the refusal contacted Kafka first"

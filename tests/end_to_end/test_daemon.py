@@ -158,7 +158,9 @@ def shows_log(dev: Dev):
         raise
 
 
-def wait_for(what: str, predicate, timeout: float, dev: Dev, every: float = 2.0):
+def wait_for(what: str, predicate, timeout: float, dev: Dev, every: float = 0.5):
+    # Every half second: each wait ends at most that long after its condition holds (2 s before:
+    # about a second more for each of the module's waits), asking the instance little.
     deadline = time.monotonic() + timeout
     while True:
         dev.alive()

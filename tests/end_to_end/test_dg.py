@@ -75,7 +75,13 @@ def test_dg_launch_archives_one_range_from_the_project_folder(tmp_path, kafka, k
     produce(kafka, topic, [(b"k", f"v{i}".encode(), []) for i in range(30)])
     run(env, sys.executable, "-m", "matos_dagster", "add-ranges", topic)
     key = OffsetRange(topic, 0, 0, 30).key
+    jobs_before = connect_server.log_file.read_text().count("INFO DAGScheduler: Got job")
     run(env, DG, "launch", "--assets", "archive_" + topic.replace("-", "_"), "--partition", key)
+    # The materialisation's tasks ran on the Spark Connect server (a Dagster CLI run is its thin
+    # client), whose log shows neither the Kafka nor the Swift settings the tasks' closures carry.
+    server_log = connect_server.log_file.read_text()
+    assert server_log.count("INFO DAGScheduler: Got job") > jobs_before
+    assert swift_server.auth_url not in server_log and kafka_server.bootstrap_servers not in server_log
     swift = SwiftResource(auth_url=swift_server.auth_url, user="test:tester", key="testing", container=container)
     with swift.store() as store:
         assert check_archive(kafka, store, topic, "matos-archiver") == {0: 30}

@@ -104,7 +104,10 @@ def folders(store, cfg) -> list[tuple[int, int]]:
     return [f.span for f in PartitionArchive(store, prefix(store, cfg), cfg.name, 0).folders_from(0)]
 
 
-@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+# JSON Lines in make test-all (slow): the merge decodes and encodes whatever the format, every field of
+# any record survives JSON Lines (tests/core/records/test_record_properties.py) and the merged objects'
+# sizes are measured alike (tests/core/compact/test_compact.py), in make test.
+@pytest.mark.parametrize("fmt", ["parquet", pytest.param("jsonl", marks=pytest.mark.slow)])
 def test_compaction_merges_small_ranges_and_keeps_every_record_as_it_was(kafka, swift, spark, new_topic, fmt):
     topic = new_topic()
     cfg = config(topic, format=fmt)

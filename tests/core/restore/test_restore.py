@@ -219,11 +219,13 @@ def test_refusals_name_the_way_out(kafka, swift, spark, new_topic):
 
 
 def test_the_restore_job_runs_from_the_dagster_cli(kafka, swift, swift_server, kafka_server, spark, new_topic,
-                                                   tmp_path):
+                                                   tmp_path, connect_server):
     with swift.store() as store:
         topic = archived_topic(kafka, store, spark, new_topic, 60, partitions=2, range_size=20)
     target = f"cli-restored-{uuid.uuid4().hex[:8]}"  # created by the restore
-    env = user_env(tmp_path, kafka_server, swift_server, f"topics:\n  - name: {topic}\n", container=swift.container)
+    # On the session's Spark Connect server, as `make run` gives the runs: no Spark driver JVM of its own.
+    env = user_env(tmp_path, kafka_server, swift_server, f"topics:\n  - name: {topic}\n", container=swift.container,
+                   MATOS_SPARK_MASTER=connect_server.url)
     (tmp_path / "restore.yaml").write_text(json.dumps({"ops": {"restore_records": {"config": {
         "topic": topic, "partition": 1, "start": 10, "end": 60, "target_topic": target}}}}))
     p = subprocess.run([DAGSTER, "job", "execute", "-m", "matos_dagster.definitions", "-j", "restore",

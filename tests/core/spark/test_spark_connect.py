@@ -61,6 +61,9 @@ def test_the_reader_and_the_restore_run_over_spark_connect(kafka, swift, connect
         assert fields(read_kafka(kafka, target, p)) == fields(read_kafka(kafka, topic, p))
 
 
+# Slow (make test-all): tests/end_to_end/test_dg.py's `dg launch` of a range, in `make test`, runs on
+# this server and checks its log the same way; this one is the `dagster asset materialize` spelling.
+@pytest.mark.slow
 def test_a_dagster_cli_materialisation_runs_on_the_server(tmp_path, kafka, new_topic, kafka_server, swift_server,
                                                          connect_server):
     topic = new_topic()

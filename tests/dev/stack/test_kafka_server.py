@@ -75,6 +75,11 @@ def _assert_gone(pid: int, ports: tuple[int, ...]) -> None:
         assert not process.port_open(port), f"127.0.0.1:{port} still open"
 
 
+# Slow, both (make test-all): tests/dev/stack/test_stack.py's up, up again, down, down again and up
+# again, in make test, run this broker class on the stack's data folder and show the same (the
+# second start and stop change nothing; the record read back after a stop and start on the same
+# ports; PID and ports gone; the log; the ports found in the data folder).
+@pytest.mark.slow
 def test_records_survive_stop_and_start(tmp_path_factory):
     data_dir = tmp_path_factory.mktemp("kafka")
     server = KafkaServer(data_dir, CACHE_DIR, port=process.free_port())
@@ -111,6 +116,7 @@ def test_records_survive_stop_and_start(tmp_path_factory):
         server.stop()
 
 
+@pytest.mark.slow
 def test_start_and_stop_are_idempotent(tmp_path_factory):
     data_dir = tmp_path_factory.mktemp("kafka")
     server = KafkaServer(data_dir, CACHE_DIR, port=process.free_port())

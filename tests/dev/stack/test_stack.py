@@ -15,6 +15,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from matos_dev.stack import process
+from matos_dev.stack.kafka import KafkaServer
 from matos_dev.stack.stack import local_stack, registry_server
 from swiftclient.client import Connection
 
@@ -244,6 +245,13 @@ def test_up_down_status_and_data_survives(stack_env):
     assert not kafka.pid_file.exists() and not any(f.exists() for f in swift.pid_files.values())
     assert not spark.pid_file.exists() and not registry_server().pid_file.exists()
     assert _cli("down").stdout.strip() == "The local stack was not running."
+    # The broker logged through log4j2 into its log file, shutdown included; a KafkaServer made
+    # with default arguments finds its ports in its data folder (what tests/dev/stack/
+    # test_kafka_server.py shows of one broker, in make test-all).
+    log = kafka.log_file.read_text()
+    assert "Kafka Server started" in log and "shut down completed" in log
+    found = KafkaServer(kafka.data_dir, CACHE_DIR)
+    assert (found.bootstrap_servers, found.controller_port) == (kafka.bootstrap_servers, kafka.controller_port)
 
     started = time.monotonic()
     _ok(_cli("up"))
