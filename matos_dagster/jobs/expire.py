@@ -25,6 +25,7 @@ from pydantic import Field
 
 from matos_dagster.core.expire.days import expired as expired_days
 from matos_dagster.core.expire.run import expire_topics
+from matos_dagster.core.iceberg.plan import TableError
 from matos_dagster.core.expire.span import ExpiryError
 from matos_dagster.core.kafka import many
 from matos_dagster.core.runs import heartbeat
@@ -68,7 +69,7 @@ def expire_job(topics, names: Names = DEFAULT) -> JobDefinition:
             with swift.store() as store, beating(instance, run_id, thresholds, context.log.warning):
                 done = expire_topics(store, [t for t in chosen if t.archive_retention_days is not None], run_id,
                                      in_turn, context.log.info)
-        except ExpiryError as e:
+        except (ExpiryError, TableError) as e:
             raise Failure(str(e)) from None
         for t in chosen:  # the days (or hours) now before the cutoff show as expired on the days asset
             mine = [p for p in done.partitions if p.topic == t.name]

@@ -193,7 +193,7 @@ def _erase_range(store: Store, prefix: str, r: OffsetRange, matcher: Matcher, do
         kept = table.filter(pa.array(~hit))
         replaced.append(o["name"])
         if kept.num_rows:
-            entries.append(_replace(store, o, kept, fmt, r, matcher, done))
+            entries.append(_replace(store, o, kept, fmt, r, key_index.Indexer(matcher.secret, kid), done))
             done.rewritten.append([o["name"], entries[-1]["name"]])
     if not erased_now:
         return {o["name"] for o in doc["objects"]}, set(doc.get("erased", []))
@@ -246,14 +246,16 @@ def _read(store: Store, name: str, fmt: str, done: PartitionErased, md5: str | N
     return decode(data, fmt)
 
 
-def _replace(store: Store, o: dict, kept: pa.Table, fmt: str, r: OffsetRange, matcher: Matcher,
-             done: PartitionErased) -> dict:
+def _replace(store: Store, o: dict, kept: pa.Table, fmt: str, r: OffsetRange, indexer: key_index.Indexer | None,
+             done: PartitionErased | None = None) -> dict:
     """Step 1 for one object: its replacement written, read back and checked; its manifest entry,
-    with the key index of the records left (made with the erasure key the erasure runs with)."""
+    with the key index of the records left when there is an indexer (an erasure's: the erasure key
+    it runs with; expiry's: MATOS_ERASURE_KEY's, if set)."""
     data, md5, stats = encoded(kept, fmt, [kept])
     name = layout.erased_object_name(o["name"])
     store.put(name, data, md5=md5)
-    done.bytes_written += len(data)
+    if done is not None:
+        done.bytes_written += len(data)
     back = store.get(name)
     if back is None or hashlib.md5(back).hexdigest() != md5 or decode(back, fmt).num_rows != kept.num_rows:
         raise ErasureError(f"{r}: the replacement {name} did not read back as written; nothing was switched to it")
@@ -263,7 +265,8 @@ def _replace(store: Store, o: dict, kept: pa.Table, fmt: str, r: OffsetRange, ma
         entry["largest_record_bytes"] = int(sizes.max())
     if "typed" not in o:
         entry.pop("typed", None)
-    entry[key_index.ENTRY] = key_index.Indexer(matcher.secret, key_id(matcher.secret)).of(kept["key"])
+    if indexer is not None:
+        entry[key_index.ENTRY] = indexer.of(kept["key"])
     return entry
 
 

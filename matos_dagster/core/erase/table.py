@@ -89,13 +89,23 @@ def _forget(tables: Tables, prefix: str, topic: str, name: str, partition: int, 
         doc = archive.read(e) if e.kind == RANGE and held else None
         if doc is not None and doc.get("erased"):
             erased.append(Manifest.from_json(doc))
-    if not erased:
+    return swap(tables, prefix, topic, name, partition, erased, say, out, "erased")
+
+
+def swap(tables: Tables, prefix: str, topic: str, name: str, partition: int, docs: list, say: Callable[[str], None],
+         out: TableForgotten | None = None, what: str = "erased") -> TableForgotten:
+    """Steps 1-3 for the ranges `docs` (their manifests now, or `Gone` for a range no manifest holds any
+    more: an expired span) of the table `name`, in the table below its watermark."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    out = out or TableForgotten(".".join(tables.identifier(name)))
+    if not docs:
         return out
     table_dir = layout.join(tables.root, name)
-    for doc in erased:
+    for doc in docs:
         if tables.replace(topic, doc, name):  # 1.
             out.ranges.append((doc.start, doc.end))
-        listed = {o.name for o in doc.objects}
+        listed = {o.name for o in doc.objects}  # none for a Gone range
         folder = layout.join(table_dir, days.FOLDER, layout.range_dir(prefix, doc.range)) + "/"
         for o in list(tables.store.list(folder)):  # 2. (the replacement deletes them; a crash after its commit did not)
             if days.source_of(table_dir, o["name"]) not in listed:
@@ -103,7 +113,7 @@ def _forget(tables: Tables, prefix: str, topic: str, name: str, partition: int, 
                 out.copies_deleted += 1
     for tries in range(COMMIT_TRIES):  # 3., again when another partition's run committed meanwhile
         t = tables.table(name, create=False)
-        old = _older_snapshots(t, partition, [(d.start, d.end) for d in erased])
+        old = _older_snapshots(t, partition, [(d.start, d.end) for d in docs])
         try:
             out.snapshots_expired = expiry.expire_these(t, old, strict=True).expired
             break
@@ -111,9 +121,28 @@ def _forget(tables: Tables, prefix: str, topic: str, name: str, partition: int, 
             if tries == COMMIT_TRIES - 1:
                 raise
     if out.ranges or out.copies_deleted or out.snapshots_expired:
-        say(f"{topic}/{partition}: table {out.table}: {len(out.ranges)} erased range(s) swapped in, "
+        say(f"{topic}/{partition}: table {out.table}: {len(out.ranges)} {what} range(s) swapped in, "
             f"{out.copies_deleted} copy(ies) by day deleted, {out.snapshots_expired} older snapshot(s) expired")
     return out
+
+
+@dataclass(frozen=True)
+class Gone:
+    """A range of the table whose records all went (an expired span, core/expire/): what
+    `Tables.replace` reads of a manifest, with no object to add."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+    objects: tuple = ()
+    records: int = 0
+
+    @property
+    def range(self):
+        from matos_dagster.core.offsets.ranges import OffsetRange
+
+        return OffsetRange(self.topic, self.partition, self.start, self.end)
 
 
 def _older_snapshots(t, partition: int, spans: list[tuple[int, int]]) -> list:

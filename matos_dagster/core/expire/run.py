@@ -22,6 +22,7 @@ from typing import Callable, Iterable
 
 from matos_dagster.core import faults
 from matos_dagster.core.expire import cursor as cursors
+from matos_dagster.core.expire.table import expire_in_table
 from matos_dagster.core.expire.span import (PartitionExpired, Why, clean, drop_strays, expire_part, expire_whole, iso,
                                            wholly_old)
 from matos_dagster.core.offsets import spans
@@ -48,7 +49,10 @@ def cutoff(topic: TopicConfig, now_ms: int) -> int | None:
 
 
 def expire_partition(store: Store, prefix: str, topic: str, partition: int, why: Why,
-                     say: Callable[[str], None] = log.info) -> PartitionExpired:
+                     say: Callable[[str], None] = log.info,
+                     in_table: Callable[[list[tuple[int, int]]], None] | None = None) -> PartitionExpired:
+    """`in_table`: told the ranges the expiry changed, before the cursor moves past them, so that a run
+    whose table step failed looks at them again (the topic's Iceberg table, core/expire/table.py)."""
     done = PartitionExpired(topic, partition)
     archive = PartitionArchive(store, prefix, topic, partition)
     cur = cursors.read(store, prefix, topic, partition)
@@ -58,6 +62,7 @@ def expire_partition(store: Store, prefix: str, topic: str, partition: int, why:
         cur.forget_within(e.start, e.end)
         if e.kind == EXPIRED:
             clean(store, archive, e, done)  # a run killed after the marker left objects
+            done.changed.append(e.span)
             return
         if e.kind != RANGE:
             return  # an acknowledged loss holds no record
@@ -69,6 +74,7 @@ def expire_partition(store: Store, prefix: str, topic: str, partition: int, why:
             drop_strays(store, archive, e, doc, done)
         if wholly_old(doc, why.cutoff_ms):
             expire_whole(store, archive, e, doc, why, done)
+            done.changed.append(e.span)
             say(f"{topic}/{partition}[{e.start}, {e.end}): every record older than the retention; an expired span now")
             return
         lo = doc.get("min_timestamp")
@@ -76,8 +82,11 @@ def expire_partition(store: Store, prefix: str, topic: str, partition: int, why:
             new = expire_part(store, archive, e, doc, why, done)
             if new is None:
                 expire_whole(store, archive, e, doc, why, done)
+                done.changed.append(e.span)
                 return
-            lo = new.get("min_timestamp")
+            doc, lo = new, new.get("min_timestamp")
+        if "expired" in doc:
+            done.changed.append(e.span)
         cur.kept[e.start] = (e.end, lo)
 
     for a, b in cur.due(why.cutoff_ms):
@@ -89,6 +98,8 @@ def expire_partition(store: Store, prefix: str, topic: str, partition: int, why:
             break  # a gap (a range being archived): what follows is looked at once it is filled
         look(e)
         at = max(at, e.end)
+    if in_table is not None and done.changed:
+        in_table(done.changed)
     cur.scanned_to = at
     cur.stamped_before = why.cutoff_ms
     cursors.write(store, prefix, topic, partition, cur)
@@ -123,13 +134,21 @@ def expire_topics(store: Store, topics: Iterable[TopicConfig], run_id: str = "",
         why = Why(limit, topic.archive_retention_days, run_id, now_ms)
         base = layout.join(store.params.prefix, topic.prefix)
         *earlier, current = incarnations.read(store, base, topic.name)
-        mine: list[PartitionExpired] = []
+
+        def one(p: int, prefix: str, n: int, topic=topic, why=why) -> PartitionExpired:
+            return expire_partition(store, prefix, topic.name, p, why, say,
+                                    lambda changed: expire_in_table(store, prefix, topic, p, changed, n, say))
+
         for inc in earlier:  # an earlier log's archive: no writer but this one reaches it
             p_ = inc.prefix(base)
-            mine += [expire_partition(store, p_, topic.name, p, why, say) for p in archived_partitions(store, p_, topic.name)]
+            mine = [one(p, p_, inc.number) for p in archived_partitions(store, p_, topic.name)]
+            per_topic[f"{topic.name}/incarnation={inc.number}"] = {
+                "retention_days": topic.archive_retention_days, "stamped_before": limit,
+                "partitions": {str(p.partition): _partition_record(p) for p in mine}}
+            outcomes += mine
         p_ = current.prefix(base)
-        mine += in_turn(topic.name, archived_partitions(store, p_, topic.name),
-                        lambda p, p_=p_, why=why: expire_partition(store, p_, topic.name, p, why, say))
+        mine = in_turn(topic.name, archived_partitions(store, p_, topic.name),
+                       lambda p, p_=p_, n=current.number, one=one: one(p, p_, n))
         per_topic[topic.name] = {"retention_days": topic.archive_retention_days, "stamped_before": limit,
                                  "partitions": {str(p.partition): _partition_record(p) for p in mine}}
         outcomes += mine

@@ -27,8 +27,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from matos_dagster.core import faults
+from matos_dagster.core import faults, settings
 from matos_dagster.core.compact.merge import row_sizes
+from matos_dagster.core.erase import key_index
+from matos_dagster.core.erase.keys import SETTING
 from matos_dagster.core.erase.rewrite import _replace, encoded_hours
 from matos_dagster.core.offsets import spans
 from matos_dagster.core.records.objects import decode
@@ -66,6 +68,7 @@ class PartitionExpired:
     objects_read: int = 0
     folders_listed: int = 0
     previous_cutoff: int | None = None  # the cutoff of the run before (None: none ran)
+    changed: list[tuple[int, int]] = field(default_factory=list)  # ranges an expiry changed: the table follows
     notes: list[str] = field(default_factory=list)
 
 
@@ -128,6 +131,8 @@ def expire_part(store: Store, archive: PartitionArchive, e: Entry, doc: dict, wh
     if it held none), or None when no record would be left (the caller expires it whole)."""
     r = archive.range(e)
     fmt = doc["format"]
+    # The replacements get a key index as archive runs' objects do (none without MATOS_ERASURE_KEY).
+    indexer = key_index.indexer_or_none(settings.get(SETTING), lambda why: None)
     entries, replaced, gone, kept_offsets, gone_bytes, left = [], [], [], [], 0, 0
     tables = []
     for o in doc["objects"]:
@@ -150,7 +155,7 @@ def expire_part(store: Store, archive: PartitionArchive, e: Entry, doc: dict, wh
         kept = table.filter(pa.array(~hit))
         replaced.append(o["name"])
         if kept.num_rows:
-            entries.append(_replace(store, o, kept, fmt, r))
+            entries.append(_replace(store, o, kept, fmt, r, indexer))
             done.rewritten.append([o["name"], entries[-1]["name"]])
     if not gone:
         return doc

@@ -258,3 +258,37 @@ def test_an_expiry_killed_at_a_step_then_run_again_ends_as_one_that_was_not(kafk
         assert_expired(kafka, store, cfg, list(range(15, 20)),
                        store.get_json(done.record_name)["topics"][cfg.name]["stamped_before"])
 
+
+
+def test_the_iceberg_table_after_an_expiry_holds_only_the_kept_records_in_every_snapshot_kept_and_for_duckdb(
+        kafka, swift, spark, new_topic, monkeypatch, tmp_path):
+    from matos_dagster.core.iceberg.queries import duckdb_connection
+    from matos_dagster.core.iceberg.table import Tables
+
+    monkeypatch.setenv("MATOS_ICEBERG_TABLES", "true")
+    monkeypatch.setenv("MATOS_ICEBERG_CATALOG", f"type=sql;uri=sqlite:///{tmp_path}/catalog.db")
+    cfg = config(topic(new_topic))
+    load(kafka, cfg.name, AGES)
+    with swift.store() as store:
+        archive(kafka, store, spark, cfg, 0, 50)
+        tables = Tables(store)
+        assert sorted(tables.table(cfg.name, create=False).scan().to_arrow()["offset"].to_pylist()) == list(range(50))
+
+        t = tables.table(cfg.name, create=False)
+        expire_topics(store, [cfg], run_id="run-1")
+
+        t = tables.table(cfg.name, create=False)
+        # The current snapshot and every one kept: the kept records only (no expired record, no deleted object).
+        for s in t.snapshots():
+            assert sorted(t.scan(snapshot_id=s.snapshot_id).to_arrow()["offset"].to_pylist()) == KEPT, s.snapshot_id
+        con = duckdb_connection(tables.s3)
+        try:
+            got = sorted(o for (o,) in con.execute(f"SELECT \"offset\" FROM iceberg_scan('{t.metadata_location}')").fetchall())
+        finally:
+            con.close()
+        assert got == KEPT
+        assert tables.check(prefix(store, cfg), cfg.name).ok
+        # Run again: nothing more to do, no commit.
+        snapshot = t.current_snapshot().snapshot_id
+        expire_topics(store, [cfg], run_id="run-2")
+        assert tables.table(cfg.name, create=False).current_snapshot().snapshot_id == snapshot
