@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m matos_dev.bench.metrics", description=__doc__.split("\n\n")[0])
     p.add_argument("--partitions", default="1000", help="sizes, comma-separated, in topics of 4 partitions")
     p.add_argument("--interval-s", type=float, default=15.0, help="seconds between scrapes (Prometheus' default)")
-    p.add_argument("--duration-s", type=float, default=300.0)
+    p.add_argument("--duration-s", type=float, default=180.0)
     p.add_argument("--out", default=".bench")
     a = p.parse_args(argv)
     out = Path(a.out).resolve()
