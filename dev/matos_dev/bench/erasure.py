@@ -214,8 +214,7 @@ def markdown(res: dict) -> str:
     return "\n".join([
         f"An archive of {a['objects']:,} objects and {a['records']:,} records ({a['partitions']} partitions, "
         f"{a['ranges']:,} ranges of {res['size']['objects_a_range']} objects, {a['bytes'] / 1e6:,.0f} MB of "
-        f"Parquet); each erased key in {res['hits']} objects, one record each. {res['cores']} cores, load "
-        f"{res['loadavg_start'][0]:.1f} at the start, {res['loadavg_end'][0]:.1f} at the end.",
+        f"Parquet); each erased key in {res['hits']} objects, one record each; {res['cores']} cores.",
         "",
         *rows,
         "",
