@@ -172,7 +172,7 @@ def say(msg: str) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--partitions", type=int, default=20, help="partitions of the topic (default 20)")
+    ap.add_argument("--partitions", type=int, default=4, help="partitions of the topic (default 4: a few minutes)")
     ap.add_argument("--days", type=int, default=365, help="the last day simulated (default 365)")
     ap.add_argument("--records", type=int, default=100, help="records a range (default 100)")
     ap.add_argument("--warm", type=int, default=3, help="daily runs before a measured day, after the first (default 3)")
