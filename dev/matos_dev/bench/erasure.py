@@ -31,6 +31,7 @@ import random
 import time
 import uuid
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -55,8 +56,9 @@ SIZES = {"full": (10, 50, 20, 1000), "quick": (2, 10, 10, 1000)}  # partitions, 
 
 
 def objects_table(topic: str, partition: int, first: int, n: int, rng: np.random.Generator,
-                  erased: dict[int, bytes]) -> pa.Table:
-    """`n` records from offset `first`; the key `erased[i]` at the object's i-th record."""
+                  erased: dict[int, bytes], stamps: np.ndarray | None = None) -> pa.Table:
+    """`n` records from offset `first`; the key `erased[i]` at the object's i-th record; stamped
+    `stamps` (ms) when given, else a record every STEP_MS from T0 by offset."""
     offsets = np.arange(first, first + n, dtype=np.int64)
     ids = rng.integers(0, CUSTOMERS, n)
     key_list = [f"customer-{c:07d}".encode() for c in ids.tolist()]
@@ -67,7 +69,7 @@ def objects_table(topic: str, partition: int, first: int, n: int, rng: np.random
         "topic": pa.array([topic] * n, pa.string()),
         "partition": pa.array(np.full(n, partition, np.int32)),
         "offset": pa.array(offsets),
-        "timestamp": pa.array(T0 + offsets * STEP_MS).cast(pa.timestamp("ms", tz="UTC")),
+        "timestamp": pa.array(T0 + offsets * STEP_MS if stamps is None else stamps).cast(pa.timestamp("ms", tz="UTC")),
         "timestamp_type": pa.array(["CreateTime"] * n, pa.string()),
         "key": pa.array(key_list, pa.binary()),
         "value": pa.array(values, pa.binary()),
@@ -76,12 +78,15 @@ def objects_table(topic: str, partition: int, first: int, n: int, rng: np.random
 
 
 def write_range(store: Store, prefix: str, cfg: TopicConfig, indexer: key_index.Indexer, r: OffsetRange,
-                per_object: int, hits: dict[int, dict[int, bytes]], seed: int) -> int:
-    """One range of objects as the archive writes them; its bytes in Swift."""
+                per_object: int, hits: dict[int, dict[int, bytes]], seed: int,
+                stamps_of: Callable[[int, int], np.ndarray] | None = None) -> int:
+    """One range of objects as the archive writes them; its bytes in Swift. `stamps_of(first, n)`:
+    the timestamps (ms) of the object of `n` records from offset `first` (objects_table's default)."""
     rng = np.random.default_rng(seed)
     entries, total = [], 0
     for j, first in enumerate(range(r.start, r.end, per_object)):
-        table = objects_table(cfg.name, r.partition, first, per_object, rng, hits.get(j, {}))
+        table = objects_table(cfg.name, r.partition, first, per_object, rng, hits.get(j, {}),
+                              None if stamps_of is None else stamps_of(first, per_object))
         data, md5 = encode_hashed(table, "parquet")
         name = layout.object_name(layout.range_dir(prefix, r), first, "parquet")
         store.put(name, data, md5=md5)
