@@ -63,8 +63,7 @@ class SliceJob:
     # What the topic's erasure ledger leaves out of this partition (core/erase/ledger.py `Leave`:
     # keyed hashes and offsets, the erasure key in no repr); None when it says nothing here.
     leave: Any = None
-    # Makes each object's key index (core/erase/key_index.py `Indexer`: the erasure key in no repr;
-    # only the filter's bits leave the task); None when MATOS_ERASURE_KEY is unset: no index.
+    # Each object's key index (core/erase/key_index.py `Indexer`, the key in no repr); None: no index.
     index: Any = None
 
 
