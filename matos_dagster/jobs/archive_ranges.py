@@ -43,6 +43,7 @@ from matos_dagster.core.runs import heartbeat
 from matos_dagster.core.topic_set import not_found
 from matos_dagster.core.topics import TopicConfig
 from matos_dagster.dead_runs import beating
+from matos_dagster.materialisations import log_materialisations
 from matos_dagster.names import DEFAULT, Names
 from matos_dagster.turns import BATCH_OP, BATCH_TAG, claim, wait_for_turns, where
 
@@ -103,8 +104,7 @@ def archive_ranges_job(topics, names: Names = DEFAULT) -> JobDefinition:
                 tasks += batch.tasks
                 for note in batch.notes:
                     context.log.warning(note)
-                for o in batch.outcomes:
-                    _report(context, o, waited_s, names)
+                log_materialisations(context, [m for o in batch.outcomes if (m := _report(context, o, waited_s, names))])
                 outcomes.extend(batch.outcomes)
 
             waited = wait_for_turns(instance, mine, {where(r) for r, _ in items}, context.log.info, thresholds,
@@ -162,14 +162,14 @@ def _not_archivable(instance, items: list[tuple[OffsetRange, TopicConfig]], name
     return out
 
 
-def _report(context: OpExecutionContext, o: Outcome, waited_s: float, names: Names) -> None:
+def _report(context: OpExecutionContext, o: Outcome, waited_s: float, names: Names) -> AssetMaterialization | None:
     """An archived range as its key's materialisation of its topic's asset; else the reason, said."""
     if not o.ok:
         context.log.error(f"{o.range.key}: {o.error}")
-        return
+        return None
     meta = metadata(o.archived, o.location)
     meta["waited_for_other_runs_s"] = MetadataValue.float(round(waited_s, 3))
-    context.log_event(AssetMaterialization(asset_key=names.asset_key(o.topic), partition=o.range.key, metadata=meta))
+    return AssetMaterialization(asset_key=names.asset_key(o.topic), partition=o.range.key, metadata=meta)
 
 
 def ranges_config(ranges: list[OffsetRange], names: Names = DEFAULT, topic_ids: dict[str, str | None] | None = None,

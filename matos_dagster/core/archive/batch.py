@@ -29,13 +29,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from matos_dagster.core import faults, tracing
-from matos_dagster.core.archive.commit import advance_many, restart
+from matos_dagster.core.archive.commit import advance_many, prefix_end, restart
 from matos_dagster.core.archive.range_run import Archived, DataLoss, Overlaps, Planned, RangeRefused, plan, write_manifest
+from matos_dagster.core.archive.stores import Stores
 from matos_dagster.core.archive.tasks import archive_slices, one_line, pack
 from matos_dagster.core.erase import ledger
 from matos_dagster.core.iceberg.hooks import keep_table
@@ -47,14 +47,12 @@ from matos_dagster.core.schemas import typed as typed_columns
 from matos_dagster.core.spark.tasks import run_tasks
 from matos_dagster.core.swift import incarnations, layout
 from matos_dagster.core.swift.incarnations import Incarnation
+from matos_dagster.core.swift.listed import ListedPartition
 from matos_dagster.core.swift.store import Store
 from matos_dagster.core.topics import TopicConfig
 
 log = logging.getLogger(__name__)
 
-# The driver's Swift requests of a batch (checks, manifests, prefixes), a partition a thread: each is a
-# round trip of tens of milliseconds spent waiting, and a batch has hundreds of partitions.
-THREADS = 8
 
 
 @dataclass
@@ -122,12 +120,13 @@ class _Run:
         self.incarnations: dict[str, Incarnation] = {}  # per topic: the log its ranges are archived as
         self.notes: list[str] = []  # a topic created again, said once
         self.outcomes = [Outcome(r, t, location=_location(store, t, r)) for r, t in items]
-        self.stores = _Stores(store.params)
+        self.stores = Stores(store.params)
         self.planned: list[tuple[Outcome, Planned]] = []
         self.slices: dict[int, list] = {}  # id(outcome) -> its slices' results
         self.written = 0
         self.readers: dict[str, int] = {}  # slice reader -> ranges it read: said once a batch, not once a range
         self.ledgers: dict[tuple[str, str], dict] = {}  # (prefix, topic) -> its erasure ledger, read once (incarnation)
+        self.listed: dict[tuple[str, int], ListedPartition] = {}  # per partition: its archive, listed once
         self.lock = threading.Lock()
 
     def run(self) -> Batch:
@@ -236,6 +235,7 @@ class _Run:
                 o.error, o.refused = (f"ranges {a} and {b} of this run overlap: every offset must be in exactly "
                                       "one manifest. Give each offset of the partition to one range"), True
             return
+        listed = None  # the partition's archive from its first range on: two listings for all its ranges
         first: Outcome | None = None  # the partition's first range not archived
         for o in group:
             if first is not None:
@@ -253,9 +253,13 @@ class _Run:
                 o.error, o.refused = _no_id(r, self.committed[tp], self.marks[tp][1], topic.group), True
                 continue
             try:
+                if listed is None:
+                    listed = ListedPartition(store, _prefix(store, topic, inc), r.topic, r.partition, r.start)
+                    with self.lock:
+                        self.listed[tp] = listed
                 p = plan(r, topic, self.kafka, store, self.marks[tp], self.committed[tp], _prefix(store, topic, inc),
                          self.typings[topic.name], self.say, inc,
-                         lambda s, *at: self.ledgers.get(at) or ledger.read(s, *at))
+                         lambda s, *at: self.ledgers.get(at) or ledger.read(s, *at), listed)
             except (RangeRefused, DataLoss) as e:
                 o.error, o.refused = str(e), True
                 if isinstance(e, Overlaps):
@@ -291,11 +295,13 @@ class _Run:
             with self.lock:
                 for reader in {e["reader"] for e in objects if "reader" in e}:
                     self.readers[reader] = self.readers.get(reader, 0) + 1
+            listed = self.listed[(o.range.topic, o.range.partition)]
             try:
-                o.archived = write_manifest(p, objects, store, self.say, say_reader=False)
+                o.archived = write_manifest(p, objects, store, self.say, say_reader=False, listed=listed.names(o.range))
             except Exception as e:  # noqa: BLE001 - no manifest: the range is not archived, a later run writes it
                 o.error = one_line(e)
                 continue
+            listed.add(o.range)
             first = None
             with self.lock:
                 self.written += 1
@@ -308,7 +314,8 @@ class _Run:
         parts = sorted({(o.range.topic, o.range.partition): o.topic for o in done}.items())
         incs = self.incarnations
         after = advance_many(self.kafka, self.store, [(_prefix(self.store, t, incs[name]), t, p, self.marks[(name, p)][0])
-                                                      for (name, p), t in parts], each=self.stores.each)
+                                                      for (name, p), t in parts], each=self.stores.each,
+                             known=self.prefix_ends([tp for tp, _ in parts]))
         faults.at("batch-after-commit")
         notes: list[str] = list(self.notes)
         for o in done:
@@ -322,30 +329,18 @@ class _Run:
         return notes
 
 
-class _Stores:
-    """A Store per thread of a pool (a Store is one connection, not thread-safe), all closed at the end."""
-
-    def __init__(self, params):
-        self.params, self._local, self._made, self._lock = params, threading.local(), [], threading.Lock()
-
-    def get(self) -> Store:
-        store = getattr(self._local, "store", None)
-        if store is None:
-            store = self._local.store = Store(self.params)
-            with self._lock:
-                self._made.append(store)
-        return store
-
-    def each(self, fn: Callable[[Any, Store], Any], items: list) -> list:
-        """`[fn(item, store) for item in items]`, from THREADS threads, each with its own Store."""
-        if len(items) <= 1:
-            return [fn(item, self.get()) for item in items]
-        with ThreadPoolExecutor(min(THREADS, len(items)), thread_name_prefix="batch") as pool:
-            return list(pool.map(lambda item: fn(item, self.get()), items))
-
-    def close(self) -> None:
-        for store in self._made:
-            store.close()
+    def prefix_ends(self, tps: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, int]]:
+        """Per partition, from the committed offset the run read (or the log start), where its contiguous
+        archived prefix ends, as its listing and the manifests written since say: `advance_many`
+        lists Swift only for a partition whose committed offset is another by then, or below the listing."""
+        out = {}
+        for tp in tps:
+            listed = self.listed.get(tp)
+            base = self.committed.get(tp)
+            base = self.marks[tp][0] if base is None else base
+            if listed is not None and base >= listed.start:
+                out[tp] = (base, prefix_end(listed, base))
+        return out
 
 
 def _stopped(o: Outcome, first: Outcome) -> None:

@@ -45,14 +45,17 @@ def advance(kafka: KafkaClient, store: Store, prefix: str, topic: TopicConfig, p
 
 
 def advance_many(kafka: KafkaClient, store: Store, parts: list[tuple[str, TopicConfig, int, int]],
-                 each: Callable | None = None) -> dict[tuple[str, int], int | None]:
+                 each: Callable | None = None,
+                 known: dict[tuple[str, int], tuple[int, int]] | None = None) -> dict[tuple[str, int], int | None]:
     """`advance` for many partitions (`(prefix, topic, partition, log start)` each) at once: per
     group one read of the committed offsets, one commit of every partition that moves and one
     read-back, instead of three requests a partition. Each partition's prefix is read from Swift
     as `advance` reads it; the same re-commit if a read-back is behind. The committed offsets after.
 
     `each(fn, items)`: `[fn(item, store) for item in items]`, or the same from a pool of threads
-    with a Store each (batch.py); by default in this thread, with `store`."""
+    with a Store each (batch.py); by default in this thread, with `store`. `known`: per partition,
+    `(base, end)`: the prefix from `base` ends at `end`, as the caller read it within the partition's
+    turn (batch.py); Swift is not read for a partition whose committed offset is still `base`."""
     each = each or (lambda fn, items: [fn(item, store) for item in items])
     out: dict[tuple[str, int], int | None] = {}
     for group in sorted({t.group for _, t, _, _ in parts}):
@@ -63,6 +66,9 @@ def advance_many(kafka: KafkaClient, store: Store, parts: list[tuple[str, TopicC
             committed = many.committed(kafka, group, tps)
             bases = {(t.name, p): committed[(t.name, p)] if committed[(t.name, p)] is not None else low
                      for _, t, p, low in mine}
+            for tp, (base, end) in (known or {}).items():
+                if tp not in ends and bases.get(tp) == base:
+                    ends[tp] = end
             # Swift is read once a partition, unless someone moved its offset past what was read.
             stale = [(prefix, t, p) for prefix, t, p, _ in mine if ends.get((t.name, p), -1) < bases[(t.name, p)]]
             found = each(lambda x, s: prefix_end(PartitionArchive(s, x[0], x[1].name, x[2]), bases[(x[1].name, x[2])]),

@@ -10,11 +10,9 @@
 5. bring the topic's Iceberg table up to date (MATOS_ICEBERG_TABLES), once, however the
    range came to be archived and committed.
 
-A crash between any two steps leaves nothing wrong: a retry rewrites the same objects, and
-the commit step recomputes its target from Swift. A range already archived (its manifest
-there, the group's offset at or past its end) is only verified against its manifest: nothing
-is rewritten and no Spark task runs. No Dagster imports: the asset is a thin shell around
-`archive_range`.
+A crash between any two steps leaves nothing wrong: a retry rewrites the same objects, and the
+commit step recomputes its target from Swift. A range already archived (manifest there, offset
+committed past its end) is only verified: nothing rewritten, no Spark task. No Dagster imports.
 """
 
 from __future__ import annotations
@@ -39,6 +37,7 @@ from matos_dagster.core.spark.tasks import run_entries
 from matos_dagster.core.swift import incarnations, layout, manifest
 from matos_dagster.core.swift.incarnations import Incarnation
 from matos_dagster.core.swift.archived import EXPIRED, LOSS, PartitionArchive
+from matos_dagster.core.swift.listed import ListedPartition
 from matos_dagster.core.swift.store import Store
 from matos_dagster.core.topics import SWIFT_MAX_NAME, TopicConfig
 
@@ -60,8 +59,7 @@ class Overlaps(RangeRefused):
 
 
 class Undecodable(RangeRefused):
-    """decode_strict: a record of the range does not decode (which, and why). Nothing is committed;
-    objects an attempt wrote are removed by the archive of the range that succeeds."""
+    """decode_strict: a record of the range does not decode (which, and why); nothing is committed."""
 
 
 class DataLoss(RuntimeError):
@@ -124,11 +122,9 @@ def archive_range(
     if typing is None:
         typing = typed_columns.for_topic(topic)
     done = _archive(r, topic, kafka, store, spark, say, checked, prefix, typing, incarnation)
-    # The Iceberg step, here only, whichever way the range ended archived and committed (written
-    # now; found archived and committed; its records expired from Kafka and the archive verified):
-    # this range and any a crashed run left out, one commit; a rerun of a range whose run died
-    # before its table commit repairs the table (a no-op when it is there). A range refused
-    # (RangeRefused, DataLoss) or a failed step raised in `_archive`: no table step.
+    # The Iceberg step, here only, whichever way the range ended archived and committed (written now,
+    # found archived, its records expired from Kafka and the archive verified): this range and any a
+    # crashed run left out, one commit (a no-op when it is there). Refused or failed: no table step.
     done.notes += keep_table(store, prefix, topic, r.partition, say, incarnation.number if incarnation else 1)
     faults.at("after-table")
     done.duration_s = time.monotonic() - t0  # the whole run's, the table step included
@@ -151,9 +147,8 @@ def _archive(r: OffsetRange, topic: TopicConfig, kafka: KafkaClient, store: Stor
         return planned
     say(f"{r}: archiving in {len(planned.jobs)} Spark task(s) of up to {topic.slice_records} offsets")
     session = spark() if callable(spark) else spark
-    # The Spark job is the run's long wait: the driver's kept Kafka clients are closed for it (an
-    # idle one whose broker went away, say in a rolling restart, retries its connection every 12
-    # ms, a log line each), and the questions after it make new ones.
+    # The Spark job is the run's long wait: the driver's kept Kafka clients are closed for it (an idle
+    # one whose broker went away retries its connection every 12 ms, a log line each).
     kafka.release_clients()
     objects = _run_slices(session, planned.jobs, r)
     done = write_manifest(planned, objects, store, say)
@@ -180,12 +175,13 @@ class Planned:
 def plan(r: OffsetRange, topic: TopicConfig, kafka: KafkaClient, store: Store, marks: tuple[int, int],
          committed: int | None, prefix: str, typing: typed_columns.Typing | None,
          say: Callable[[str], None] = log.info, incarnation: Incarnation | None = None,
-         ledger_of: Callable[[Store, str, str], dict] | None = None) -> Planned | Archived:
+         ledger_of: Callable[[Store, str, str], dict] | None = None, listed: ListedPartition | None = None) -> Planned | Archived:
     """Check `r` against its partition's `marks` (log start, end), the group's `committed` offset and
     the archive: its Spark tasks, or (Archived) the range found archived and only verified.
 
     `ledger_of(store, prefix, topic)`: the topic's erasure ledger (default: read from Swift; a batch
-    reads each topic's once for all its ranges).
+    reads each topic's once for all its ranges). `listed`: the partition as a batch listed it once
+    (core/swift/listed.py), instead of a manifest read and listings for this range.
 
     Raises RangeRefused (the range cannot be archived as asked) or DataLoss; nothing is written."""
     if r.topic != topic.name:
@@ -204,7 +200,7 @@ def plan(r: OffsetRange, topic: TopicConfig, kafka: KafkaClient, store: Store, m
             f"nothing can be archived beyond {high} yet"
         )
     name = layout.manifest_name(prefix, r)
-    existing = store.get_json(name)
+    existing = store.get_json(name) if listed is None or listed.has_manifest(r) else None
     if isinstance(existing, dict) and incarnation is not None and incarnation.topic_id is not None \
             and existing.get("topic_id") not in (None, incarnation.topic_id):
         # Never over another log's range: its objects have these very names.
@@ -213,7 +209,7 @@ def plan(r: OffsetRange, topic: TopicConfig, kafka: KafkaClient, store: Store, m
             f"{incarnation}: the topic was deleted and created again; nothing was written")
 
     # Before the loss check: a range over an acknowledged loss is refused for that, not re-reported.
-    _refuse_overlaps(PartitionArchive(store, prefix, r.topic, r.partition), r)
+    _refuse_overlaps(listed or PartitionArchive(store, prefix, r.topic, r.partition), r)
     if archived_and_committed(existing, r, topic, committed):
         # Typically a run that waited for another run of its partition, which archived this
         # very range: the archive is checked, not rewritten. An object found missing or
@@ -261,10 +257,11 @@ def plan(r: OffsetRange, topic: TopicConfig, kafka: KafkaClient, store: Store, m
 
 
 def write_manifest(p: Planned, objects: list[dict], store: Store, say: Callable[[str], None] = log.info,
-                   say_reader: bool = True) -> Archived:
+                   say_reader: bool = True, listed: list[str] | None = None) -> Archived:
     """Step 3 for a planned range whose tasks wrote `objects`: its schemas, then its manifest, then
-    the removal of what an earlier attempt left. The range is archived; nothing is committed here.
-    `say_reader`: say which slice reader read the range (a batch says it once for all its ranges)."""
+    the removal of what an earlier attempt left (of `listed`, the folder's objects as a batch listed
+    them, else listed here). The range is archived; nothing is committed here. `say_reader`: say
+    which slice reader read the range (a batch says it once for all its ranges)."""
     r = p.range
     reader = ", ".join(sorted({o.pop("reader") for o in objects if "reader" in o}))
     # Records the erasure ledger left out (core/erase/ledger.py): the manifest names their offsets.
@@ -287,7 +284,7 @@ def write_manifest(p: Planned, objects: list[dict], store: Store, say: Callable[
                          erased=erased)
     store.put_json(name, doc)
     faults.at("after-manifest")
-    notes = _remove_strays(store, layout.range_dir(p.prefix, r), doc)
+    notes = _remove_strays(store, layout.range_dir(p.prefix, r), doc, listed)
     return Archived(r, name, doc, False, p.committed_before, None, 0.0, len(p.jobs), notes, log_end=p.high,
                     reader=reader)
 
@@ -389,12 +386,14 @@ def _refuse_overlaps(archive: PartitionArchive, r: OffsetRange) -> None:
                 "one manifest. Archive the offsets outside it instead.", e.span)
 
 
-def _remove_strays(store: Store, directory: str, doc: dict) -> list[str]:
-    """Delete objects of an earlier attempt with other settings, which the manifest does not list."""
+def _remove_strays(store: Store, directory: str, doc: dict, listed: list[str] | None = None) -> list[str]:
+    """Delete objects of an earlier attempt (other settings) that the manifest does not list; of
+    `listed`, the folder's objects before the range's tasks ran (they write only the manifest's)."""
     keep = {o["name"] for o in doc["objects"]} | {layout.join(directory, layout.MANIFEST)}
+    names = listed if listed is not None else [item.get("name") for item in store.list(directory + "/")]
     removed = []
-    for item in store.list(directory + "/"):
-        if item.get("name") and item["name"] not in keep:
-            store.delete(item["name"])
-            removed.append(item["name"])
+    for name in names:
+        if name and name not in keep:
+            store.delete(name)
+            removed.append(name)
     return [f"removed {n}: left by an earlier attempt, not in the manifest" for n in removed]

@@ -14,7 +14,8 @@ from matos_dagster.core.archive.tasks import pack
 from matos_dagster.core.archive.range_run import archive_range
 from matos_dagster.core.archive.slice_task import SliceJob
 from matos_dagster.core.offsets.ranges import OffsetRange
-from matos_dagster.core.swift.store import SwiftParams
+from matos_dagster.core.swift import layout
+from matos_dagster.core.swift.store import Store, SwiftParams
 
 
 def test_ranges_of_several_topics_and_partitions_are_archived_and_committed_each_on_its_own(
@@ -124,3 +125,36 @@ def test_ranges_of_one_partition_that_overlap_each_other_are_all_refused(kafka, 
         assert a.refused and b.refused and "overlap" in a.error and a.error == b.error
         assert other.ok
         assert check_archive(kafka, store, topic, cfg.group) == {0: None, 1: 150}
+
+
+def test_a_batch_lists_each_partition_twice_and_reads_no_manifest_that_is_not_there(
+        kafka, swift, spark, new_topic, monkeypatch):
+    """A busy estate's batch is a range or two a partition: Swift is asked per partition, not per range
+    (core/swift/listed.py); the commit's prefix comes from the same listing."""
+    topic = new_topic(partitions=3)
+    produce(kafka, topic, [(None, b"v", [], p) for p in range(3) for _ in range(20)])
+    cfg = config(topic)
+    with swift.store() as store:
+        archive_batch([(OffsetRange(topic, p, 0, 10), cfg) for p in range(3)], kafka, store, spark)
+        stray = layout.join(layout.range_dir("kafka", OffsetRange(topic, 1, 10, 15)), "part-00000000000000000010.jsonl.gz")
+        store.put(stray, b"an earlier attempt's, with other settings")
+        asked = {"listings": 0, "manifests read": 0}
+        list_page, get = Store.list_page, Store.get
+
+        def counted_list(self, *a, **k):
+            asked["listings"] += 1
+            return list_page(self, *a, **k)
+
+        def counted_get(self, name, *a, **k):
+            asked["manifests read"] += name.endswith(layout.MANIFEST)
+            return get(self, name, *a, **k)
+
+        monkeypatch.setattr(Store, "list_page", counted_list)
+        monkeypatch.setattr(Store, "get", counted_get)
+        done = archive_batch([(OffsetRange(topic, p, a, b), cfg) for p in range(3) for a, b in ((10, 15), (15, 20))],
+                             kafka, store, spark)
+        monkeypatch.undo()
+        assert [o.error for o in done.outcomes] == [None] * 6
+        assert asked == {"listings": 2 * 3, "manifests read": 0}
+        assert store.head(stray) is None  # the earlier attempt's object, found in the same listing, removed
+        assert check_archive(kafka, store, topic, cfg.group) == {0: 20, 1: 20, 2: 20}
