@@ -549,7 +549,7 @@ def test_an_estate_of_a_hundred_partitions_is_archived_by_one_batch_run_over_bot
 
     # The batch's Spark job ran its tasks on both workers: two executors in the event log, and
     # each worker's own folder holds its executor of the app, which ran tasks.
-    ((name, events),) = event_logs_by_app(event_logs).items()
+    ((_, events),) = event_logs_by_app(event_logs).items()
     executors = task_executors(events)
     assert len(executors) >= 2 and "driver" not in executors, executors
     assert len(set(executors)) == 2, executors
