@@ -48,6 +48,7 @@ from matos_dagster.core.archive.incarnation import current_incarnation
 from matos_dagster.core.archive.range_run import archive_range
 from matos_dagster.core.kafka import many
 from matos_dagster.core.offsets.ranges import OffsetRange, cut
+from matos_dagster.core.reader import read_table
 from matos_dagster.core.settings import PROJECT_ROOT
 from matos_dagster.core.topics import TopicConfig
 from matos_dagster.core.topics import load as load_topics
@@ -543,6 +544,10 @@ def test_an_estate_of_a_hundred_partitions_is_archived_by_one_batch_run_over_bot
         for d in docs:  # each offset once, with the record sent to it
             rows = read_archive(store, d)
             assert [(r["offset"], r["value"]) for r in rows] == list(enumerate(sent[d["topic"], d["partition"]]))
+        for n in names:  # and as the project's reader gives a topic back
+            table = read_table(store, "kafka", n)
+            assert list(zip(table["partition"].to_pylist(), table["offset"].to_pylist(), table["value"].to_pylist())) \
+                == [(p, i, v) for p in range(ESTATE_PARTITIONS) for i, v in enumerate(sent[n, p])]
         # and the objects as their manifests say (size, md5, records), checked for one topic: the check
         # lists and reads every manifest of the container for each topic it is given
         assert check_archive(kafka, store, names[0], GROUP) == {p: ends[names[0], p] for p in range(ESTATE_PARTITIONS)}
