@@ -61,7 +61,8 @@ def test_the_documentation_builds_with_no_warning(tmp_path):
     for page in ("index.html", "configuration/index.html", "operations/index.html", "layout/index.html",
                  "design/index.html", "reliability/index.html", "performance/index.html", "development/index.html",
                  "changelog/index.html", "operations/installing/index.html", "operations/deployment/index.html",
-                 "operations/troubleshooting/index.html", "operations/sizing/index.html", "reference/cli/index.html"):
+                 "operations/troubleshooting/index.html", "operations/sizing/index.html", "performance/sizing/index.html",
+                 "reference/cli/index.html"):
         assert (site / page).is_file(), page
     performance = (site / "performance" / "index.html").read_text()
     # The tables `make bench` writes are included (pymdownx.snippets), and its chart is beside them.

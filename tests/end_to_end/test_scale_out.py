@@ -7,7 +7,12 @@ containers: once in this process with the session's local Spark, once by the `da
 in a subprocess whose `spark.master` is the cluster (one process holds one SparkContext).
 The two archives must be byte for byte the same, and equal to Kafka.
 
-The cluster run authenticates to Swift as a user whose key is distinctive. Executors get
+An estate goes through the same cluster too: 100 partitions (25 topics of 4, one pattern of the
+topics file) archived by one `archive_ranges` run, the lag sensor's batch, launched with the
+`dagster` CLI whose MATOS_SPARK_MASTER is the cluster: every partition committed to its log end,
+every record archived once, the tasks run by both workers' executors.
+
+The first run authenticates to Swift as a user whose key is distinctive. Executors get
 that key inside the task closure (never in Spark's conf), so it must appear in none of
 what Spark shows or keeps: its UIs (driver, master, workers), its event log, the master's
 and workers' logs and the executors' stdout/stderr, nor in the CLI's output and Dagster's
@@ -26,21 +31,28 @@ import threading
 import time
 import urllib.request
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pyspark
 import pytest
-from dagster import DagsterInstance
+from confluent_kafka.admin import NewTopic
+from dagster import AssetKey, DagsterInstance
 from helpers import check_archive, manifests, new_instance, produce, read_archive, read_kafka
 from matos_dev.stack import process
 from matos_dev.stack.swift import SwiftServer
 
 from matos_dagster.core.archive.incarnation import current_incarnation
 from matos_dagster.core.archive.range_run import archive_range
-from matos_dagster.core.offsets.ranges import cut
+from matos_dagster.core.kafka import many
+from matos_dagster.core.offsets.ranges import OffsetRange, cut
+from matos_dagster.core.reader import read_table
 from matos_dagster.core.settings import PROJECT_ROOT
 from matos_dagster.core.topics import TopicConfig
+from matos_dagster.core.topics import load as load_topics
+from matos_dagster.jobs.archive_ranges import ranges_config
 from matos_dagster.resources import SwiftResource
 
 # ~70-85 s for the test itself, ~10-15 s more for the cluster and its Swift (2 cores; five
@@ -66,6 +78,7 @@ PARTS = list(range(PARTITIONS))
 # URL, JSON or a shell command line.
 SECRET = "sEcReT" + uuid.uuid4().hex + "KeY"
 SWIFT_USER = "scaleout:archiver"
+GROUP = "matos-archiver"
 
 
 def awkward_rows(n: int, partitions: int):
@@ -244,7 +257,34 @@ class UiWatcher:
             self._stop.wait(0.3)
 
 
-# --------------------------------------------------------------------------- the test
+# --------------------------------------------------------------------------- what Spark kept
+
+
+def event_logs_by_app(folder: Path) -> dict[str, list[dict]]:
+    """Each app's event log, its events in order. Spark 4 writes each app's log as a folder of
+    rolling files, eventlog_v2_<app id>/events_<n>_<app id> (plain JSON lines: eventLog.compress off)."""
+    logs: dict[str, list[dict]] = {}
+    for f in sorted(folder.rglob("events_*"), key=lambda f: (f.parent.name, int(f.name.split("_")[1]))):
+        logs.setdefault(f.parent.name, []).extend(json.loads(line) for line in f.read_text().splitlines())
+    return logs
+
+
+def task_executors(events: list[dict]) -> list[str]:
+    """The executor id of each task of an app's event log, each task having succeeded."""
+    out = []
+    for event in events:
+        if event["Event"] == "SparkListenerTaskEnd":
+            assert event["Task End Reason"]["Reason"] == "Success", event["Task End Reason"]
+            out.append(event["Task Info"]["Executor ID"])
+    return out
+
+
+def app_id(events: list[dict]) -> str:
+    (start,) = [e for e in events if e["Event"] == "SparkListenerApplicationStart"]
+    return start["App ID"]
+
+
+# --------------------------------------------------------------------------- the tests
 
 
 def dagster(env, cwd, *args) -> subprocess.CompletedProcess:
@@ -369,19 +409,10 @@ def test_a_standalone_cluster_archives_the_same_bytes_as_local_spark_and_never_s
     apps = [a for a in master.get("completedapps", []) + master.get("activeapps", []) if a["name"] == app_name]
     assert len(apps) == len(keys), master
     app_ids = sorted(a["id"] for a in apps)
-    # Spark 4 writes each app's log as a folder of rolling files: eventlog_v2_<app id>/events_<n>_<app id>.
-    logs: dict[str, str] = {}
-    for f in sorted(event_logs.rglob("events_*")):
-        logs[f.parent.name] = logs.get(f.parent.name, "") + f.read_text()
+    logs = event_logs_by_app(event_logs)
     assert len(logs) == len(keys), sorted(logs)
-    tasks: dict[str, list[str]] = {}
-    for name, text in logs.items():
-        for line in text.splitlines():
-            event = json.loads(line)
-            if event["Event"] == "SparkListenerTaskEnd":
-                assert event["Task End Reason"]["Reason"] == "Success", event["Task End Reason"]
-                tasks.setdefault(name, []).append(event["Task Info"]["Executor ID"])
-    assert sorted(tasks) == sorted(logs)
+    tasks = {name: task_executors(events) for name, events in logs.items()}
+    assert all(tasks.values()), tasks
     for name, executors in tasks.items():
         assert len(executors) == 3 and "driver" not in executors, (name, executors)
         assert len(set(executors)) == 2, (name, executors)  # both workers' executors
@@ -425,3 +456,125 @@ def test_a_standalone_cluster_archives_the_same_bytes_as_local_spark_and_never_s
 
     print(f"\ntimings: local {t_local - t0:.1f}s, cluster CLI {t_cluster - t_local:.1f}s, "
           f"total {time.monotonic() - t0:.1f}s; tasks by event log {tasks}")
+
+
+# An estate: one pattern of the topics file over 25 topics of 4 partitions, a few records each.
+ESTATE_TOPICS, ESTATE_PARTITIONS = 25, 4
+
+
+@pytest.mark.slow  # 2-4 minutes on the shared 2 cores: a CLI run's driver, two executors, 100 slices
+def test_an_estate_of_a_hundred_partitions_is_archived_by_one_batch_run_over_both_workers_of_the_cluster(
+    kafka, kafka_server, swift_server, spark_cluster, tmp_path
+):
+    t0 = time.monotonic()
+    prefix = f"estate-{uuid.uuid4().hex[:6]}"
+    names = [f"{prefix}-{i:02d}" for i in range(ESTATE_TOPICS)]
+    admin = kafka.admin()  # must outlive the futures
+    for f in admin.create_topics([NewTopic(n, num_partitions=ESTATE_PARTITIONS, replication_factor=1)
+                                  for n in names]).values():
+        f.result(timeout=60)
+    # 1 to 4 records a partition, each record naming its place, so a record archived twice, lost or
+    # moved shows; one producer, so each partition's offsets follow the order below.
+    sent = {(n, p): [f"{n}/{p}/{i}".encode() for i in range(1 + (t + p) % 4)]
+            for t, n in enumerate(names) for p in range(ESTATE_PARTITIONS)}
+    _produce_estate(kafka, sent)
+    ends = {tp: len(vs) for tp, vs in sent.items()}
+    assert sum(ends.values()) == 250
+
+    (tmp_path / "topics.yaml").write_text(f'topics:\n  - pattern: "{prefix}-.*"\n')
+    topic_set = load_topics(tmp_path / "topics.yaml", default_group=GROUP)
+    ranges = [OffsetRange(n, p, 0, end) for (n, p), end in ends.items()]
+    home = new_instance(tmp_path / "dagster_home")
+    with DagsterInstance.from_config(str(home)) as instance:
+        for n in names:  # what the lag sensor does before it requests the batch
+            instance.add_dynamic_partitions(topic_set.get(n).partitions_name,
+                                            [r.key for r in ranges if r.topic == n])
+    (tmp_path / "batch.json").write_text(json.dumps(ranges_config(ranges)))
+
+    event_logs = tmp_path / "event-logs"
+    event_logs.mkdir()
+    container = f"estate-{uuid.uuid4().hex[:10]}"
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "MATOS_TOPICS_FILE": str(tmp_path / "topics.yaml"),
+        "MATOS_KAFKA_BOOTSTRAP_SERVERS": kafka_server.bootstrap_servers,
+        "MATOS_KAFKA_GROUP": GROUP,
+        "MATOS_SWIFT_AUTH_URL": swift_server.auth_url,
+        "MATOS_SWIFT_USER": swift_server.user,
+        "MATOS_SWIFT_KEY": swift_server.key,
+        "MATOS_SWIFT_CONTAINER": container,
+        "MATOS_SPARK_MASTER": spark_cluster.master_url,
+        "MATOS_SPARK_CONF": ";".join([
+            "spark.eventLog.enabled=true",
+            f"spark.eventLog.dir=file://{event_logs}",
+            "spark.eventLog.compress=false",
+            "spark.executor.memory=512m",
+            # Both executors registered before the batch's Spark job, so its tasks can go to either.
+            "spark.cores.max=2",
+            "spark.scheduler.minRegisteredResourcesRatio=1.0",
+            "spark.scheduler.maxRegisteredResourcesWaitingTime=60s",
+        ]),
+        "PYSPARK_PYTHON": PYTHON,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    }
+    t_ready = time.monotonic()
+    dagster(env, tmp_path, "job", "execute", "-m", "matos_dagster.definitions", "-j", "archive_ranges",
+            "-c", "batch.json")
+    t_run = time.monotonic()
+
+    # One run, successful, that materialised every range of every topic.
+    with DagsterInstance.from_config(str(home)) as instance:
+        (run,) = instance.get_runs()
+        assert run.job_name == "archive_ranges" and run.is_success, run.status
+        for n in names:
+            assert instance.get_materialized_partitions(AssetKey(topic_set.get(n).asset_name)) == \
+                {r.key for r in ranges if r.topic == n}
+    # Every partition committed to its log end, every record in exactly one manifest, as it was sent.
+    tps = list(ends)
+    assert many.committed(kafka, GROUP, tps) == ends
+    assert {tp: high for tp, (_, high) in many.watermarks(kafka, tps).items()} == ends
+    swift = SwiftResource(auth_url=swift_server.auth_url, user=swift_server.user, key=swift_server.key,
+                          container=container, prefix="kafka", retries=2)
+    with swift.store() as store:
+        _, items = store._conn.get_container(container, full_listing=True)
+        docs = [json.loads(store.get(i["name"])) for i in items if i["name"].endswith("/_manifest.json")]
+        assert sorted((d["topic"], d["partition"], d["start"], d["end"]) for d in docs) == \
+            sorted((r.topic, r.partition, r.start, r.end) for r in ranges), "one manifest a range, none else"
+        for d in docs:  # each offset once, with the record sent to it
+            rows = read_archive(store, d)
+            assert [(r["offset"], r["value"]) for r in rows] == list(enumerate(sent[d["topic"], d["partition"]]))
+        for n in names:  # and as the project's reader gives a topic back
+            table = read_table(store, "kafka", n)
+            assert list(zip(table["partition"].to_pylist(), table["offset"].to_pylist(), table["value"].to_pylist())) \
+                == [(p, i, v) for p in range(ESTATE_PARTITIONS) for i, v in enumerate(sent[n, p])]
+        # and the objects as their manifests say (size, md5, records), checked for one topic: the check
+        # lists and reads every manifest of the container for each topic it is given
+        assert check_archive(kafka, store, names[0], GROUP) == {p: ends[names[0], p] for p in range(ESTATE_PARTITIONS)}
+
+    # The batch's Spark job ran its tasks on both workers: two executors in the event log, and
+    # each worker's own folder holds its executor of the app, which ran tasks.
+    ((_, events),) = event_logs_by_app(event_logs).items()
+    executors = task_executors(events)
+    assert len(executors) >= 2 and "driver" not in executors, executors
+    assert len(set(executors)) == 2, executors
+    # Each executor's logs are served by the worker that started it: one executor a worker.
+    served_by = {e["Executor ID"]: urlsplit(e["Executor Info"]["Log Urls"]["stderr"]).port
+                 for e in events if e["Event"] == "SparkListenerExecutorAdded"}
+    assert sorted(served_by[x] for x in set(executors)) == sorted(spark_cluster.worker_uis), served_by
+    app = app_id(events)
+    for work in spark_cluster.work_dirs:
+        stderr = list((work / app).glob("*/stderr"))
+        assert stderr and any("Running task" in f.read_text(errors="replace") for f in stderr), \
+            f"worker {work.name} ran no task of {app}"
+    print(f"\ntimings: topics and instance {t_ready - t0:.1f}s, batch run {t_run - t_ready:.1f}s, "
+          f"total {time.monotonic() - t0:.1f}s; tasks by executor {Counter(executors)}")
+
+
+def _produce_estate(kafka, sent: dict[tuple[str, int], list[bytes]]) -> None:
+    p = kafka.producer()
+    for (topic, partition), values in sent.items():
+        for v in values:
+            p.produce(topic, key=b"k", value=v, partition=partition)
+            p.poll(0)
+    assert p.flush(30) == 0, "records left unsent"
