@@ -77,6 +77,7 @@ def test_bench_estate_runs_the_archive_then_the_sink_at_each_interval_on_the_sam
                         "--quiet-every-s", "2", "--busy-latency-s", "0", "--peer", "4,8", "--out", str(tmp_path)]) == 0
     md = (tmp_path / "estate.md").read_text()
     (output_dir / "estate.md").write_text(md)
+    (output_dir / "estate.json").write_text((tmp_path / "estate.json").read_text())
     [r] = json.loads((tmp_path / "estate.json").read_text())
     archive, sinks = r["steady"], r["peer"]
     assert list(sinks) == ["4000", "8000"]
