@@ -194,11 +194,14 @@ def markdown(results: list[dict]) -> str:
             rows.append(f"| {r['partitions']:,} ({r['topics']} × {r['per_topic']}) | {name} | {s['records']:,} | "
                         f"{s['not_committed']} | {s['median_s']} | {s['p95_s']} | {s['max_s']} | "
                         f"{s['records_per_s']} | {c['client']} | {c['kafka']} | {c['swift']} |")
-    if not any(r.get("peer") for r in results):
+    runs = [s for r in results for s in r.get("peer", {}).values()]
+    if not runs:
         return ""
-    return ("\nThe Apache Iceberg Kafka Connect sink on the same estate (`topics.regex`, a table per topic), after "
-            "the archive, each run on a steady window of its own; latency to the Iceberg commit that holds "
-            "the record; CPU from the window's start until its last record is committed:\n\n"
+    return (f"\nThe Apache Iceberg Kafka Connect sink {ic.ICEBERG_VERSION} on the same estate (`topics.regex`, a "
+            f"table per topic, tasks.max {runs[0]['tasks']}, a standalone worker with Kafka's "
+            f"offset.flush.interval.ms of {ic.OFFSET_FLUSH_INTERVAL_MS / 1000:g} s), after the archive, each run on "
+            "a steady window of its own; latency to the Iceberg commit that holds the record; CPU from the "
+            "window's start until its last record is committed:\n\n"
             "| partitions | system | records | not committed | record → committed, median s | p95 s | max s | "
             "records/s | CPU-ms / record: own processes | Kafka | Swift |\n"
             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n" + "\n".join(rows) + "\n")

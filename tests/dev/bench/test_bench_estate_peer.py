@@ -56,10 +56,11 @@ def test_both_systems_get_latency_rate_and_cpu_per_record_from_the_same_window_f
     assert f["records_per_s"] == round(3 / 11, 1)  # 3 committed from the first sent (100) to the last committed (111)
     assert f["cpu_ms_per_record"] == {"client": 500.0, "kafka": 100.0, "swift": 250.0}
 
-    row = {"partitions": 4, "topics": 2, "per_topic": 2, "steady": f, "peer": {"60000": f}}
+    row = {"partitions": 4, "topics": 2, "per_topic": 2, "steady": f, "peer": {"60000": {**f, "tasks": 2}}}
     md = estate_peer.markdown([row])
     assert "| 4 (2 × 2) | archive | 4 | 1 | 10.0 | 10.0 | 10.0 | 0.3 | 500.0 | 100.0 | 250.0 |" in md
     assert "| 4 (2 × 2) | Iceberg sink, commit every 60 s | 4 | 1 |" in md
+    assert "tasks.max 2, a standalone worker with Kafka's offset.flush.interval.ms of 10 s" in md
     assert estate_peer.markdown([{**row, "peer": {}}]) == ""  # --peer none: no second table
 
 
