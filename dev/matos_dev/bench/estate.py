@@ -12,7 +12,10 @@ and a topics file of one pattern matching every topic:
 3. **latency**: for `--steady-s`, a few busy topics get records at `--busy-rate` records/s and
    every other partition a record every `--quiet-every-s`; each record's latency is the time
    from its production until its partition's committed offset passes it (polled every second);
-4. **monitor**: the age of each topic's latest monitor verdict at the end (the oldest).
+4. **monitor**: the age of each topic's latest monitor verdict at the end (the oldest);
+5. **side by side** (`--peer`): then, on the same topics, the Apache Iceberg Kafka Connect sink at
+   each commit interval, each on a steady window of its own (bench/estate_peer.py); latency,
+   records/s and CPU per record of both systems.
 
 Figures to results (JSON and a Markdown table for docs/performance/estate.md).
 """
@@ -22,14 +25,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import threading
 import time
 import uuid
 from pathlib import Path
 
 from matos_dagster.core.kafka import many
-from matos_dev.bench import dagster_dev
+from matos_dev.bench import dagster_dev, estate_peer
 from matos_dev.bench.stack import produce_records, running_stack
 from matos_dev.stack.process import free_port
 from matos_dev.stack.spark import SparkConnectServer
@@ -115,11 +117,6 @@ class Committed:
         return None
 
 
-def _percentile(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
-
-
 def size(text: str) -> tuple[int, int]:
     """A size of the estate: `N` partitions (topics of PARTITIONS_PER_TOPIC), or `TxP` (T topics of P)."""
     if "x" in text:
@@ -145,9 +142,11 @@ def measure(stack, tmp: Path, n_topics: int, per_topic: int, idle_s: float, stea
     spark.start()
     container = f"bench-estate-{run}"
     settings = dagster_dev.stack_settings(stack, container, spark.url, interval_s)
-    topics_yaml = f'topics:\n  - pattern: "estate-{run}-.*"\n'
+    pattern = f"estate-{run}-.*"
+    topics_yaml = f'topics:\n  - pattern: "{pattern}"\n'
     out: dict = {"partitions": len(tps), "topics": len(topics), "per_topic": per_topic,
-                 "backlog_records": len(tps) * BACKLOG}
+                 "backlog_records": len(tps) * BACKLOG, "pattern": pattern}
+    archive_cpu = estate_peer.ArchiveCpu(stack, spark.status()["pid"])
     try:
         with dagster_dev.running(tmp, topics_yaml, settings) as dev, \
                 Committed(kafka, "matos-archiver", tps) as committed:
@@ -171,23 +170,13 @@ def measure(stack, tmp: Path, n_topics: int, per_topic: int, idle_s: float, stea
                 out["idle_cores"]["daemon"] + out["idle_cores"]["code_server"], 4)
             say(f"idle: {out['idle_cores']}")
 
+            archive_cpu.start(dev)
             produced = steady(kafka, topics, per_topic, busy_topics, busy_rate, quiet_every_s, steady_s)
             last = {tp: max(o for (t, p, o) in produced if (t, p) == tp) for tp in {(t, p) for t, p, _ in produced}}
             drain = time.time() + 600
             while any(committed.latest(tp) <= o for tp, o in last.items()) and time.time() < drain:
                 time.sleep(1)
-            lat = []
-            missing = 0
-            for (t, p, o), sent in produced.items():
-                when = committed.when((t, p), o)
-                if when is None:
-                    missing += 1
-                else:
-                    lat.append(when - sent)
-            out["steady"] = {"records": len(produced), "not_committed": missing,
-                             "median_s": round(statistics.median(lat), 1) if lat else None,
-                             "p95_s": round(_percentile(lat, 0.95), 1) if lat else None,
-                             "max_s": round(max(lat), 1) if lat else None,
+            out["steady"] = {**estate_peer.figures(produced, committed.when, archive_cpu.stop(dev)),
                              "busy_topics": busy_topics, "busy_rate": busy_rate, "quiet_every_s": quiet_every_s}
             say(f"steady: {out['steady']}")
             out["monitor_oldest_verdict_s"] = monitor_age(dev.home, topics)
@@ -273,7 +262,7 @@ def markdown(results: list[dict]) -> str:
         "< 0.1")
     row("oldest monitor verdict at the end, s", lambda r: r.get("monitor_oldest_verdict_s"), "≤ 300")
     row("runs", lambda r: ", ".join(f"{k} {v}" for k, v in sorted(r.get("runs", {}).items())), "")
-    return "\n".join(rows) + "\n"
+    return "\n".join(rows) + "\n" + estate_peer.markdown(results)
 
 
 def busy_markdown(b: dict) -> str:
@@ -295,8 +284,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quiet-every-s", type=float, default=60.0, help="a record per quiet partition every ...")
     p.add_argument("--busy-latency-s", type=float, default=300.0,
                    help="seconds of one busy topic at 1,000 records/s, latency to its manifests (0: skip)")
+    p.add_argument("--peer", default=estate_peer.DEFAULT,
+                   help="the Iceberg Kafka Connect sink on each size's topics after the archive, at these commit "
+                        f"intervals, seconds (default {estate_peer.DEFAULT}; none: skip)")
     p.add_argument("--out", default=".bench")
     a = p.parse_args(argv)
+    try:
+        peer_intervals = estate_peer.intervals(a.peer)
+    except ValueError as e:
+        p.error(str(e))
     out = Path(a.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     results = []
@@ -306,6 +302,10 @@ def main(argv: list[str] | None = None) -> int:
             tmp.mkdir(parents=True)
             results.append(measure(stack, tmp, n_topics, per_topic, a.idle_s, a.steady_s, a.busy_topics, a.busy_rate,
                                    a.quiet_every_s))
+            results[-1]["peer"] = estate_peer.side_by_side(
+                stack, tmp, results[-1]["pattern"], peer_intervals, os.cpu_count() or 1,
+                lambda kafka, topics: steady(kafka, topics, per_topic, a.busy_topics, a.busy_rate, a.quiet_every_s,
+                                             a.steady_s), say=say)
         (out / "estate.json").write_text(json.dumps(results, indent=2))
         (out / "estate.md").write_text(markdown(results))
     if a.busy_latency_s:

@@ -260,6 +260,23 @@ def sink_config(topics: list[str], table: str, catalog: Catalog, control_topic: 
     }
 
 
+def routed_sink_config(pattern: str, tables: dict[str, str], catalog: Catalog, control_topic: str, tasks: int,
+                       commit_interval_ms: int = DEFAULT_COMMIT_INTERVAL_MS) -> dict[str, str]:
+    """The sink over every topic matching `pattern` (`topics.regex`), each topic into its own table
+    (`tables`: topic -> table), as the sink's docs configure a table per record group: "multi-table
+    fan-out, static routing". `iceberg.tables` lists the tables, the route field is the record's
+    topic (Kafka's InsertField puts it in the value), and each table's `route-regex` is its topic.
+    (The sink's dynamic routing takes the route field as the whole table name, namespace
+    included, which a topic name is not.) Otherwise as `sink_config`."""
+    import re
+
+    config = sink_config([], ",".join(tables.values()), catalog, control_topic, tasks, commit_interval_ms)
+    del config["topics"]
+    return {**config, "topics.regex": pattern, "transforms.meta.topic.field": "kafka_topic",
+            "iceberg.tables.route-field": "kafka_topic",
+            **{f"iceberg.table.{table}.route-regex": re.escape(topic) for topic, table in tables.items()}}
+
+
 def worker_properties(bootstrap: str, rest_port: int, offsets_file: Path, plugin_path: Path,
                       offset_flush_interval_ms: int = OFFSET_FLUSH_INTERVAL_MS) -> dict[str, str]:
     """A standalone worker on loopback; sink offsets live in the broker's consumer groups anyway."""

@@ -56,14 +56,19 @@ def wait_committed(worker: ic.ConnectWorker, connector: str, catalog, table: str
         seen = n
         if n >= records:
             return now
-        failed = worker.failed_tasks(connector) if worker.pid else []
-        if failed:
-            raise PeerFailed(f"the Iceberg sink failed: {failed[0][:3000]}")
-        if worker.pid is None:
-            raise PeerFailed(f"the Connect worker died; see {worker.log_file}:\n{worker.log_tail()}")
+        check_running(worker, connector)
         time.sleep(0.5)
     raise PeerFailed(f"the table {table} holds {seen:,} of {records:,} records after {timeout:.0f}s; "
                      f"see {worker.log_file}")
+
+
+def check_running(worker: ic.ConnectWorker, connector: str) -> None:
+    """Raise PeerFailed if the worker died or a task of the connector failed."""
+    failed = worker.failed_tasks(connector) if worker.pid else []
+    if failed:
+        raise PeerFailed(f"the Iceberg sink failed: {failed[0][:3000]}")
+    if worker.pid is None:
+        raise PeerFailed(f"the Connect worker died; see {worker.log_file}:\n{worker.log_tail()}")
 
 
 def commit_timeouts(log_text: str) -> int:
@@ -89,20 +94,33 @@ def _peer(stack, folder: Path, topic: str, partitions: int | None, commit_interv
           offset_flush_interval_ms: int = ic.OFFSET_FLUSH_INTERVAL_MS):
     """A fresh table, control topic and worker, and the connector's config on them (not yet started);
     a fresh `topic` too if `partitions` is given."""
+    if partitions is not None:
+        stack.create_topic(topic, partitions)
+    table = table_name(topic)
+    worker, catalog, cat, control = sink_setup(stack, folder, [table], say, offset_flush_interval_ms)
+    config = ic.sink_config([topic], table, catalog, control, tasks, commit_interval_ms)
+    return worker, cat, table, config
+
+
+def table_name(topic: str) -> str:
+    return f"bench.{topic.replace('-', '_')}"
+
+
+def sink_setup(stack, folder: Path, tables: list[str], say,
+               offset_flush_interval_ms: int = ic.OFFSET_FLUSH_INTERVAL_MS):
+    """A fresh catalog (with `tables` created), control topic and worker (not yet started):
+    (worker, catalog, pyiceberg catalog, control topic)."""
     inst = ic.install(cache_dir(), say=say)
     run = folder / f"peer-{uuid.uuid4().hex[:6]}"
     catalog = catalog_for(stack, run)
     control = f"peer-control-{uuid.uuid4().hex[:6]}"
     create_control_topic(stack, control)
-    if partitions is not None:
-        stack.create_topic(topic, partitions)
-    table = f"bench.{topic.replace('-', '_')}"
     cat = catalog.pyiceberg()
-    ic.create_table(cat, table)
+    for table in tables:
+        ic.create_table(cat, table)
     catalog.use_wal()
     worker = ic.ConnectWorker(run / "connect", inst, stack.bootstrap, offset_flush_interval_ms=offset_flush_interval_ms)
-    config = ic.sink_config([topic], table, catalog, control, tasks, commit_interval_ms)
-    return worker, cat, table, config
+    return worker, catalog, cat, control
 
 
 def throughput(stack, topic: str, records: int, cores: int, folder: Path, servers: dict,
@@ -144,15 +162,36 @@ def throughput(stack, topic: str, records: int, cores: int, folder: Path, server
 
 
 def commit_times(cat, table: str) -> dict[tuple[int, int], float]:
-    """(partition, offset) -> wall time of the first snapshot that holds it (snapshot timestamps)."""
+    """(partition, offset) -> wall time of the first snapshot that holds it (snapshot timestamps).
+
+    Each snapshot's own data files only (those it added): the sink only appends, so a record is
+    first in the snapshot that added its file, and each file is read once however many snapshots
+    follow (scanning every snapshot whole read the table's early files once per later commit)."""
     t = cat.load_table(table)
     first: dict[tuple[int, int], float] = {}
     for snap in sorted(t.snapshots(), key=lambda s: s.sequence_number or 0):
-        rows = t.scan(snapshot_id=snap.snapshot_id, selected_fields=("kafka_partition", "kafka_offset")).to_arrow()
         at = snap.timestamp_ms / 1000
-        for p, o in zip(rows.column("kafka_partition").to_pylist(), rows.column("kafka_offset").to_pylist()):
+        for p, o in added_offsets(t, snap):
             first.setdefault((p, o), at)
     return first
+
+
+def added_offsets(t, snap) -> list[tuple[int, int]]:
+    """(kafka_partition, kafka_offset) of the rows in the data files `snap` added to table `t`."""
+    from pyiceberg.expressions import AlwaysTrue
+    from pyiceberg.io.pyarrow import ArrowScan
+    from pyiceberg.manifest import ManifestContent, ManifestEntryStatus
+    from pyiceberg.table import FileScanTask
+
+    tasks = [FileScanTask(e.data_file) for m in snap.manifests(t.io)
+             if m.content == ManifestContent.DATA and m.added_snapshot_id == snap.snapshot_id
+             for e in m.fetch_manifest_entry(t.io)
+             if e.status == ManifestEntryStatus.ADDED and e.snapshot_id == snap.snapshot_id]
+    if not tasks:
+        return []
+    rows = ArrowScan(t.metadata, t.io, t.schema().select("kafka_partition", "kafka_offset"),
+                     AlwaysTrue()).to_table(tasks)
+    return list(zip(rows.column("kafka_partition").to_pylist(), rows.column("kafka_offset").to_pylist()))
 
 
 def latency(stack, folder: Path, rate: float, seconds: float, commit_interval_ms: int, cores: int,
