@@ -152,9 +152,10 @@ bench-days: install
 
 # An estate of topics kept archived by one deployment (bench/estate.py): 100 partitions (25 topics of 4,
 # and 100 topics of 1) and 1,000 (250 of 4), a first backlog, idle CPU, latency under traffic, the
-# monitor's verdicts; after the archive, the Iceberg Kafka Connect sink on each size's topics at commit
-# intervals of 60 s and 300 s (a steady window each); then one busy topic's latency. About two hours on
-# 2 cores (one without the sink); e.g. ESTATE_ARGS="--partitions 100x1 --busy-latency-s 0 --peer none".
+# monitor's verdicts, each size on the sqlite instance and on PostgreSQL (dagster.postgres.yaml on a
+# fresh server, as `make run-postgres`); after the archive, the Iceberg Kafka Connect sink on each size's
+# topics at commit intervals of 60 s and 300 s (a steady window each); then one busy topic's latency.
+# About three hours on 2 cores; e.g. ESTATE_ARGS="--partitions 100x1 --instance sqlite --busy-latency-s 0 --peer none".
 bench-estate: install
 	$(BIN)/python -m matos_dev.bench.estate $(ESTATE_ARGS)
 	cp .bench/estate.md $(BENCH_DOCS)/estate.md

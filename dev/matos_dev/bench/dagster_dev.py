@@ -2,9 +2,10 @@
 
 It starts in a session of its own (webserver, daemon, code server, run workers: one process
 group), in a folder with its own topics file, workspace and DAGSTER_HOME (the project's
-dagster.yaml), pointed at the bench's Kafka and Swift and at a Spark Connect server. The whole
+dagster.yaml; or, with `instance="postgres"`, dagster.postgres.yaml on a PostgreSQL server of its
+own: bench_instance.py), pointed at the bench's Kafka and Swift and at a Spark Connect server. The whole
 group is stopped whatever fails (SIGTERM, SIGKILL after a grace period), so no run worker of a
-bench outlives it. Used by the latency run (latency.py) and the fault run (archive_faults.py).
+bench outlives it. Used by the latency run (latency.py), the fault run (archive_faults.py) and the estate (estate.py).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from matos_dagster.core.settings import PROJECT_ROOT
+from matos_dev.bench import bench_instance
 from matos_dev.stack.process import free_port, group_members
 
 WORKSPACE = ("load_from:\n  - python_module:\n      module_name: matos_dagster.definitions\n"
@@ -32,6 +33,7 @@ class DagsterDev:
     url: str
     home: Path
     log: Path
+    storage: bench_instance.Instance
 
     def check(self) -> None:
         """Raise if `dagster dev` has exited (a bench must not wait on a stack that is gone)."""
@@ -47,6 +49,14 @@ class DagsterDev:
         state, _ppid, _pgrp, session = stat[stat.rindex(")") + 2:].split()[:4]
         return state != "Z" and int(session) == self.proc.pid
 
+    @contextlib.contextmanager
+    def instance(self):
+        """This `dagster dev`'s Dagster instance, opened in this process for the block."""
+        from dagster import DagsterInstance
+
+        with self.storage.environment(), DagsterInstance.from_config(str(self.home)) as instance:
+            yield instance
+
 
 def stack_settings(stack, container: str, spark_url: str, sensor_interval_s: float) -> dict[str, str]:
     """The MATOS_* settings of `dagster dev` on the bench's Kafka and Swift and a Spark Connect server."""
@@ -59,20 +69,30 @@ def stack_settings(stack, container: str, spark_url: str, sensor_interval_s: flo
 
 
 @contextlib.contextmanager
-def running(folder: Path, topics_yaml: str, settings: dict[str, str], answer_timeout: float = 300):
-    """`dagster dev` in `folder`, answering, for the block; its whole process group stopped at the end."""
+def running(folder: Path, topics_yaml: str, settings: dict[str, str], answer_timeout: float = 300,
+            instance: str = "sqlite"):
+    """`dagster dev` in `folder` on `instance` (sqlite or postgres), answering, for the block; its whole
+    process group stopped at the end, then the instance's PostgreSQL server if it has one."""
+    with bench_instance.running(instance, folder) as storage:
+        with _running(folder, topics_yaml, settings, answer_timeout, storage) as dev:
+            yield dev
+
+
+@contextlib.contextmanager
+def _running(folder: Path, topics_yaml: str, settings: dict[str, str], answer_timeout: float,
+             storage: bench_instance.Instance):
     (folder / "topics.yaml").write_text(topics_yaml)
     (folder / "workspace.yaml").write_text(WORKSPACE)
     home = folder / "dagster_home"
     home.mkdir()
-    (home / "dagster.yaml").write_text((PROJECT_ROOT / "dagster.yaml").read_text())
+    (home / "dagster.yaml").write_text(storage.dagster_yaml)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "DAGSTER_HOME": str(home),
-           "MATOS_TOPICS_FILE": str(folder / "topics.yaml"), **settings}
+           "MATOS_TOPICS_FILE": str(folder / "topics.yaml"), **storage.env, **settings}
     env.pop("MATOS_FAULT", None)  # a fault left in the caller's environment would fire in every run
     # The instance's storage exists before dagster dev starts, so no two processes race to make it.
-    from dagster import DagsterInstance
+    from matos_dagster.instance import prepare
 
-    DagsterInstance.from_config(str(home)).dispose()
+    prepare(home, env=storage.env)
     port = free_port()
     dagster = str(Path(sys.executable).parent / "dagster")
     log = folder / "dagster-dev.log"
@@ -80,7 +100,7 @@ def running(folder: Path, topics_yaml: str, settings: dict[str, str], answer_tim
         proc = subprocess.Popen([dagster, "dev", "-w", str(folder / "workspace.yaml"), "-h", "127.0.0.1",
                                  "-p", str(port)], cwd=folder, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
-    dev = DagsterDev(proc, f"http://127.0.0.1:{port}", home, log)
+    dev = DagsterDev(proc, f"http://127.0.0.1:{port}", home, log, storage)
     try:
         deadline = time.monotonic() + answer_timeout
         while True:

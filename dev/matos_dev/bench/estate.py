@@ -17,6 +17,9 @@ and a topics file of one pattern matching every topic:
    each commit interval, each on a steady window of its own (bench/estate_peer.py); latency,
    records/s and CPU per record of both systems.
 
+Each size is measured on each `--instance`: sqlite (dagster.yaml, `make run`'s) and PostgreSQL
+(dagster.postgres.yaml on a fresh server of its own, `make run-postgres`'s; bench_instance.py).
+
 Figures to results (JSON and a Markdown table for docs/performance/estate.md).
 """
 
@@ -31,7 +34,8 @@ import uuid
 from pathlib import Path
 
 from matos_dagster.core.kafka import many
-from matos_dev.bench import dagster_dev, estate_peer
+from matos_dev.bench import bench_instance, dagster_dev, estate_peer
+from matos_dev.bench.cpu import cpu_used
 from matos_dev.bench.stack import produce_records, running_stack
 from matos_dev.stack.process import free_port
 from matos_dev.stack.spark import SparkConnectServer
@@ -126,7 +130,7 @@ def size(text: str) -> tuple[int, int]:
 
 
 def measure(stack, tmp: Path, n_topics: int, per_topic: int, idle_s: float, steady_s: float, busy_topics: int,
-            busy_rate: float, quiet_every_s: float, interval_s: int = 30) -> dict:
+            busy_rate: float, quiet_every_s: float, interval_s: int = 30, instance: str = "sqlite") -> dict:
     run = uuid.uuid4().hex[:6]
     topics = [f"estate-{run}-{i:04d}" for i in range(n_topics)]
     kafka = stack.kafka()
@@ -144,11 +148,11 @@ def measure(stack, tmp: Path, n_topics: int, per_topic: int, idle_s: float, stea
     settings = dagster_dev.stack_settings(stack, container, spark.url, interval_s)
     pattern = f"estate-{run}-.*"
     topics_yaml = f'topics:\n  - pattern: "{pattern}"\n'
-    out: dict = {"partitions": len(tps), "topics": len(topics), "per_topic": per_topic,
+    out: dict = {"partitions": len(tps), "topics": len(topics), "per_topic": per_topic, "instance": instance,
                  "backlog_records": len(tps) * BACKLOG, "pattern": pattern}
     archive_cpu = estate_peer.ArchiveCpu(stack, spark.status()["pid"])
     try:
-        with dagster_dev.running(tmp, topics_yaml, settings) as dev, \
+        with dagster_dev.running(tmp, topics_yaml, settings, instance=instance) as dev, \
                 Committed(kafka, "matos-archiver", tps) as committed:
             t0 = time.time()
             ends = many.watermarks(kafka, tps)
@@ -162,10 +166,12 @@ def measure(stack, tmp: Path, n_topics: int, per_topic: int, idle_s: float, stea
 
             time.sleep(2 * interval_s)  # the runs of the backlog end, the monitor's catch up
             pids = service_pids(dev)
-            c0, w0 = {k: cpu_seconds(v) for k, v in pids.items()}, time.monotonic()
+            c0, w0, s0 = {k: cpu_seconds(v) for k, v in pids.items()}, time.monotonic(), dev.storage.cpu_sample()
             time.sleep(idle_s)
             elapsed = time.monotonic() - w0
             out["idle_cores"] = {k: round((cpu_seconds(v) - c0[k]) / elapsed, 4) for k, v in pids.items()}
+            if s0 is not None:  # PostgreSQL's server: the storage's work, which sqlite does in the processes above
+                out["idle_cores"]["postgres"] = round(cpu_used(s0, dev.storage.cpu_sample())["postgres"] / elapsed, 4)
             out["idle_cores"]["daemon_and_code_server"] = round(
                 out["idle_cores"]["daemon"] + out["idle_cores"]["code_server"], 4)
             say(f"idle: {out['idle_cores']}")
@@ -179,8 +185,8 @@ def measure(stack, tmp: Path, n_topics: int, per_topic: int, idle_s: float, stea
             out["steady"] = {**estate_peer.figures(produced, committed.when, archive_cpu.stop(dev)),
                              "busy_topics": busy_topics, "busy_rate": busy_rate, "quiet_every_s": quiet_every_s}
             say(f"steady: {out['steady']}")
-            out["monitor_oldest_verdict_s"] = monitor_age(dev.home, topics)
-            out["runs"] = runs(dev.home)
+            out["monitor_oldest_verdict_s"] = monitor_age(dev, topics)
+            out["runs"] = runs(dev)
     finally:
         spark.stop()
         stack.drop_container(container)
@@ -222,12 +228,12 @@ def steady(kafka, topics: list[str], per_topic: int, busy: int, rate: float, qui
     return produced
 
 
-def monitor_age(home: Path, topics: list[str]) -> float | None:
+def monitor_age(dev: dagster_dev.DagsterDev, topics: list[str]) -> float | None:
     """Seconds since the oldest of the topics' latest monitor verdicts (None if a topic has none)."""
-    from dagster import AssetCheckKey, AssetKey, DagsterInstance
+    from dagster import AssetCheckKey, AssetKey
 
     keys = [AssetCheckKey(AssetKey("archive_" + t.replace("-", "_")), "monitor") for t in topics]
-    with DagsterInstance.from_config(str(home)) as instance:
+    with dev.instance() as instance:
         latest = instance.event_log_storage.get_latest_asset_check_execution_by_key(keys)
     stamps = [r.event.timestamp for r in latest.values() if r is not None and r.event is not None]
     if len(stamps) < len(keys):
@@ -235,10 +241,8 @@ def monitor_age(home: Path, topics: list[str]) -> float | None:
     return round(time.time() - min(stamps), 1)
 
 
-def runs(home: Path) -> dict:
-    from dagster import DagsterInstance
-
-    with DagsterInstance.from_config(str(home)) as instance:
+def runs(dev: dagster_dev.DagsterDev) -> dict:
+    with dev.instance() as instance:
         records = instance.get_run_records()
     jobs: dict[str, int] = {}
     for r in records:
@@ -247,7 +251,9 @@ def runs(home: Path) -> dict:
 
 
 def markdown(results: list[dict]) -> str:
-    rows = ["| figure | " + " | ".join(f"{r['partitions']:,} partitions" for r in results) + " | target |",
+    rows = ["| figure | " + " | ".join(f"{r['partitions']:,} partitions, "
+                                       f"{bench_instance.LABELS[r.get('instance', 'sqlite')]}" for r in results)
+            + " | target |",
             "| --- | " + " | ".join("---:" for _ in results) + " | --- |"]
 
     def row(name, get, target):
@@ -260,6 +266,8 @@ def markdown(results: list[dict]) -> str:
     row("records not committed", lambda r: r.get("steady", {}).get("not_committed"), "0")
     row("idle CPU, daemon + code server, cores", lambda r: r.get("idle_cores", {}).get("daemon_and_code_server"),
         "< 0.1")
+    if any("postgres" in r.get("idle_cores", {}) for r in results):
+        row("idle CPU, PostgreSQL server, cores", lambda r: r.get("idle_cores", {}).get("postgres", "–"), "")
     row("oldest monitor verdict at the end, s", lambda r: r.get("monitor_oldest_verdict_s"), "≤ 300")
     row("runs", lambda r: ", ".join(f"{k} {v}" for k, v in sorted(r.get("runs", {}).items())), "")
     return "\n".join(rows) + "\n" + estate_peer.markdown(results)
@@ -287,6 +295,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--peer", default=estate_peer.DEFAULT,
                    help="the Iceberg Kafka Connect sink on each size's topics after the archive, at these commit "
                         f"intervals, seconds (default {estate_peer.DEFAULT}; none: skip)")
+    p.add_argument("--instance", type=bench_instance.instances, default="sqlite,postgres",
+                   help="Dagster instances to measure each size on, comma-separated: sqlite (dagster.yaml) and "
+                        "postgres (dagster.postgres.yaml on a fresh PostgreSQL server); default sqlite,postgres")
     p.add_argument("--out", default=".bench")
     a = p.parse_args(argv)
     try:
@@ -296,16 +307,17 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(a.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     results = []
-    for n_topics, per_topic in [size(x) for x in a.partitions.split(",")]:
+    for (n_topics, per_topic), instance in [(size(x), i) for x in a.partitions.split(",") for i in a.instance]:
         with running_stack() as stack:
-            tmp = out / f"estate-{n_topics}x{per_topic}-{uuid.uuid4().hex[:6]}"
+            tmp = out / f"estate-{n_topics}x{per_topic}-{instance}-{uuid.uuid4().hex[:6]}"
             tmp.mkdir(parents=True)
             results.append(measure(stack, tmp, n_topics, per_topic, a.idle_s, a.steady_s, a.busy_topics, a.busy_rate,
-                                   a.quiet_every_s))
-            results[-1]["peer"] = estate_peer.side_by_side(
-                stack, tmp, results[-1]["pattern"], peer_intervals, os.cpu_count() or 1,
-                lambda kafka, topics: steady(kafka, topics, per_topic, a.busy_topics, a.busy_rate, a.quiet_every_s,
-                                             a.steady_s), say=say)
+                                   a.quiet_every_s, instance=instance))
+            if instance == a.instance[0]:  # the sink's figures do not depend on Dagster's instance: once a size
+                results[-1]["peer"] = estate_peer.side_by_side(
+                    stack, tmp, results[-1]["pattern"], peer_intervals, os.cpu_count() or 1,
+                    lambda kafka, topics: steady(kafka, topics, per_topic, a.busy_topics, a.busy_rate, a.quiet_every_s,
+                                                 a.steady_s), say=say)
         (out / "estate.json").write_text(json.dumps(results, indent=2))
         (out / "estate.md").write_text(markdown(results))
     if a.busy_latency_s:
