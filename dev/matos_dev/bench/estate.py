@@ -29,7 +29,7 @@ import uuid
 from pathlib import Path
 
 from matos_dagster.core.kafka import many
-from matos_dev.bench import dagster_dev
+from matos_dev.bench import dagster_dev, estate_cpu
 from matos_dev.bench.stack import produce_records, running_stack
 from matos_dev.stack.process import free_port
 from matos_dev.stack.spark import SparkConnectServer
@@ -145,11 +145,12 @@ def measure(stack, tmp: Path, n_topics: int, per_topic: int, idle_s: float, stea
     spark.start()
     container = f"bench-estate-{run}"
     settings = dagster_dev.stack_settings(stack, container, spark.url, interval_s)
+    budget = estate_cpu.Budget(estate_cpu.servers(stack, spark))  # CPU per range of the steady part, by phase
     topics_yaml = f'topics:\n  - pattern: "estate-{run}-.*"\n'
     out: dict = {"partitions": len(tps), "topics": len(topics), "per_topic": per_topic,
                  "backlog_records": len(tps) * BACKLOG}
     try:
-        with dagster_dev.running(tmp, topics_yaml, settings) as dev, \
+        with budget, dagster_dev.running(tmp, topics_yaml, {**settings, **budget.env}) as dev, \
                 Committed(kafka, "matos-archiver", tps) as committed:
             t0 = time.time()
             ends = many.watermarks(kafka, tps)
@@ -171,6 +172,7 @@ def measure(stack, tmp: Path, n_topics: int, per_topic: int, idle_s: float, stea
                 out["idle_cores"]["daemon"] + out["idle_cores"]["code_server"], 4)
             say(f"idle: {out['idle_cores']}")
 
+            budget.start(dev)
             produced = steady(kafka, topics, per_topic, busy_topics, busy_rate, quiet_every_s, steady_s)
             last = {tp: max(o for (t, p, o) in produced if (t, p) == tp) for tp in {(t, p) for t, p, _ in produced}}
             drain = time.time() + 600
@@ -190,6 +192,8 @@ def measure(stack, tmp: Path, n_topics: int, per_topic: int, idle_s: float, stea
                              "max_s": round(max(lat), 1) if lat else None,
                              "busy_topics": busy_topics, "busy_rate": busy_rate, "quiet_every_s": quiet_every_s}
             say(f"steady: {out['steady']}")
+            out["cpu_budget"] = budget.stop(dev)
+            say(f"CPU per range: {out['cpu_budget']['total_ms_per_range']} ms")
             out["monitor_oldest_verdict_s"] = monitor_age(dev.home, topics)
             out["runs"] = runs(dev.home)
     finally:
@@ -272,8 +276,10 @@ def markdown(results: list[dict]) -> str:
     row("idle CPU, daemon + code server, cores", lambda r: r.get("idle_cores", {}).get("daemon_and_code_server"),
         "< 0.1")
     row("oldest monitor verdict at the end, s", lambda r: r.get("monitor_oldest_verdict_s"), "≤ 300")
+    row("CPU per range of the batch runs, every process, ms", lambda r: r.get("cpu_budget", {}).get(
+        "total_ms_per_range"), f"≤ {estate_cpu.TARGET_MS:g}")
     row("runs", lambda r: ", ".join(f"{k} {v}" for k, v in sorted(r.get("runs", {}).items())), "")
-    return "\n".join(rows) + "\n"
+    return "\n".join(rows) + "\n" + estate_cpu.markdown(results)
 
 
 def busy_markdown(b: dict) -> str:

@@ -1,0 +1,130 @@
+"""The estate bench's CPU per archived range by phase (bench/estate_cpu.py): the attribution of sampled
+CPU to the phases of batch runs (pure), the OTLP receiver fed by a real process's span
+(core/tracing.span), the sampler on real processes, and (slow) a tiny estate end to end."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from matos_dev.bench import estate_cpu
+from matos_dev.bench.estate_cpu import Interval, Run, Span, Window, attribute, run_windows, summary
+
+pytest.importorskip("opentelemetry.proto", reason="opentelemetry-proto (matos-dev's otel extra) is not installed")
+
+
+def by_phase(att):
+    return {phase: round(sum(roles.values()), 6) for phase, roles in att.cpu.items()}
+
+
+def test_an_intervals_cpu_goes_to_the_phases_active_in_it_in_proportion_to_time():
+    # 1 s of 2 CPU-s; checks holds its first quarter, spark_job the rest.
+    att = attribute([Interval(10.0, 11.0, {"run_worker": 1.0, "spark_jvm": 1.0})],
+                    [Window("checks", 9.0, 10.25), Window("spark_job", 10.25, 12.0)])
+    assert by_phase(att) == {"checks": 0.5, "spark_job": 1.5}
+    assert att.cpu["checks"] == {"run_worker": 0.25, "spark_jvm": 0.25}
+    assert att.total == 2.0 and att.overlapped == 0.0
+
+
+def test_cpu_of_time_two_phases_share_is_split_evenly_between_them_and_counted_as_overlapped():
+    att = attribute([Interval(0.0, 1.0, {"daemon": 0.4}), Interval(1.0, 2.0, {"daemon": 0.4})],
+                    [Window("spark_job", 0.0, 2.0), Window("tick lag", 1.0, 2.0)])
+    assert by_phase(att) == {"spark_job": 0.6, "tick lag": 0.2}
+    assert att.overlapped == pytest.approx(0.4) and att.total == pytest.approx(0.8)
+
+
+def test_cpu_of_time_in_no_phase_is_said_apart():
+    att = attribute([Interval(0.0, 2.0, {"kafka": 1.0})], [Window("commits", 0.0, 0.5)])
+    assert by_phase(att) == {"commits": 0.25, estate_cpu.NOWHERE: 0.75}
+
+
+BATCH = Run("r1", estate_cpu.BATCH_JOB, created=100.0, started=108.0, ended=170.0, ranges=1000, pid=42,
+            last_materialisation=160.0)
+SPANS = [Span("archive_batch", 110.0, 150.0, 42), Span("checks", 110.0, 120.0, 42),
+         Span("spark_job", 121.0, 140.0, 42), Span("manifests", 140.0, 145.0, 42), Span("commits", 145.0, 150.0, 42)]
+
+
+def test_a_batch_runs_phases_follow_each_other_from_its_creation_to_its_end():
+    windows = sorted(run_windows([BATCH], SPANS), key=lambda w: w.start)
+    assert [(w.phase, w.start, w.end) for w in windows] == [
+        ("queued/starting", 100.0, 108.0), ("run start", 108.0, 110.0), ("checks", 110.0, 120.0),
+        ("batch, other", 120.0, 121.0), ("spark_job", 121.0, 140.0), ("manifests", 140.0, 145.0),
+        ("commits", 145.0, 150.0), ("materialisations", 150.0, 160.0), ("run end", 160.0, 170.0)]
+    assert {w.run_id for w in windows} == {"r1"}
+
+
+def test_a_span_goes_to_the_run_whose_worker_exported_it_even_when_runs_overlap():
+    other = Run("r2", estate_cpu.BATCH_JOB, created=105.0, started=109.0, ended=175.0, ranges=500, pid=43)
+    spans = SPANS + [Span("archive_batch", 130.0, 172.0, 43), Span("checks", 130.0, 172.0, 43)]
+    checks = {w.run_id: (w.start, w.end) for w in run_windows([BATCH, other], spans) if w.phase == "checks"}
+    assert checks == {"r1": (110.0, 120.0), "r2": (130.0, 172.0)}
+
+
+def test_a_run_of_another_job_is_one_phase_and_a_batch_run_without_spans_one_too():
+    runs = [Run("m", "monitor", 0.0, 1.0, 5.0), Run("b", estate_cpu.BATCH_JOB, 0.0, 2.0, 9.0, ranges=3)]
+    assert sorted((w.phase, w.start, w.end) for w in run_windows(runs, [])) == [
+        ("queued/starting", 0.0, 2.0), ("run (no spans)", 2.0, 9.0), ("run monitor", 0.0, 5.0)]
+
+
+def test_the_summary_gives_each_phases_cpu_ms_per_range_of_the_batch_runs_by_role_and_the_total():
+    windows = run_windows([BATCH], SPANS)
+    att = attribute([Interval(100.0, 110.0, {"daemon": 1.0}), Interval(121.0, 140.0, {"spark_python": 19.0}),
+                     Interval(170.0, 180.0, {"kafka": 0.5})], windows)
+    s = summary(att, windows, [BATCH])
+    assert s["ranges"] == 1000 and s["batch_runs"] == 1
+    assert s["total_ms_per_range"] == pytest.approx(20.5) and s["target_ms_per_range"] == 25.0
+    assert s["phases"]["spark_job"]["ms_per_range"] == pytest.approx(19.0)
+    assert s["phases"]["spark_job"]["roles_ms_per_range"] == {"spark_python": pytest.approx(19.0)}
+    assert s["phases"]["queued/starting"]["ms_per_range"] == pytest.approx(0.8)
+    assert s["phases"][estate_cpu.NOWHERE]["ms_per_range"] == pytest.approx(0.5)
+    assert list(s["phases"])[:3] == ["queued/starting", "run start", "spark_job"]  # a run's order, then the rest
+    table = estate_cpu.markdown([{"partitions": 1000, "cpu_budget": s}])
+    assert "| spark_job | 19.0 | 19.0 |" in table and "| **total** (target ≤ 25) | | **20.5** |" in table
+
+
+def test_the_receiver_gets_the_span_a_process_exports_with_its_pid(tmp_path):
+    code = ("from matos_dagster.core import tracing\n"
+            "with tracing.span('checks', ranges=3):\n    pass\n")
+    with estate_cpu.Receiver() as receiver:
+        env = {**os.environ, **receiver.env}
+        proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+    # The process exported its span before it exited (the provider's shutdown flushes it).
+    [span] = receiver.spans
+    assert span.name == "checks" and span.attributes == {"ranges": 3}
+    assert span.pid is not None and span.pid != os.getpid() and 0 < span.end - span.start < 60
+
+
+def test_the_sampler_counts_the_cpu_of_a_servers_children_in_its_role():
+    # A server that starts a child burning 1 CPU-s, waits for it and idles a little: the child's CPU is the server's.
+    burn = "import time\nwhile time.process_time() < 1.0:\n    pass\n"
+    server = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
+                               f"subprocess.run([sys.executable, '-c', {burn!r}]); time.sleep(1.5)"])
+    try:
+        sampler = estate_cpu.Sampler(None, {"kafka": [server.pid]})
+        sampler.start()
+        server.wait(60)
+        intervals = sampler.stop()
+    finally:
+        server.kill()
+    assert all(iv.end > iv.start for iv in intervals)
+    assert 0.8 < sum(iv.cpu.get("kafka", 0.0) for iv in intervals) < 2.0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_a_tiny_estate_reports_its_cpu_per_range_by_phase_of_its_batch_runs(kafka_server, swift_server, tmp_path):
+    from matos_dev.bench import estate
+    from matos_dev.bench.stack import Stack
+
+    out = estate.measure(Stack(kafka_server, swift_server), tmp_path, n_topics=2, per_topic=2, idle_s=1,
+                         steady_s=20, busy_topics=0, busy_rate=0, quiet_every_s=10, interval_s=5)
+    b = out["cpu_budget"]
+    assert b["batch_runs"] >= 1 and b["ranges"] >= 4 and b["total_ms_per_range"] > 0
+    # The spans arrived: the batch runs' phases are named by them, not "run (no spans)".
+    assert {"queued/starting", "checks", "spark_job", "manifests", "commits"} <= set(b["phases"])
+    assert "run (no spans)" not in b["phases"], b["phases"]
+    print(estate.markdown([out]))
