@@ -121,9 +121,9 @@ def _batch_run(r: Run, started: float, end: float, spans: list[Span]) -> list[Wi
     out, t = list(leaves), started
     for w in [*leaves, Window("", end, end)]:  # the gaps between them, named by where they are
         if w.start > t:
-            inside = any(b.start <= t and w.start <= b.end for b in batches)
-            name = ("run start" if w.start <= first else "run end" if t >= final
-                    else "batch, other" if inside else "run, between batches")
+            mid = (t + w.start) / 2  # a gap is named by its middle: the spans' bounds differ by microseconds
+            name = ("run start" if mid < first else "run end" if mid > final
+                    else "batch, other" if any(b.start <= mid <= b.end for b in batches) else "run, between batches")
             out.append(Window(name, t, min(w.start, end), r.run_id))
         t = max(t, w.end)
     if final > t:

@@ -43,16 +43,18 @@ def test_cpu_of_time_in_no_phase_is_said_apart():
 
 BATCH = Run("r1", estate_cpu.BATCH_JOB, created=100.0, started=108.0, ended=170.0, ranges=1000, pid=42,
             last_materialisation=160.0)
-SPANS = [Span("archive_batch", 110.0, 150.0, 42), Span("checks", 110.0, 120.0, 42),
+# A parent span starts a little before its first child and ends a little after its last.
+SPANS = [Span("archive_batch", 110.0, 150.001, 42), Span("checks", 110.001, 120.0, 42),
          Span("spark_job", 121.0, 140.0, 42), Span("manifests", 140.0, 145.0, 42), Span("commits", 145.0, 150.0, 42)]
 
 
 def test_a_batch_runs_phases_follow_each_other_from_its_creation_to_its_end():
     windows = sorted(run_windows([BATCH], SPANS), key=lambda w: w.start)
     assert [(w.phase, w.start, w.end) for w in windows] == [
-        ("queued/starting", 100.0, 108.0), ("run start", 108.0, 110.0), ("checks", 110.0, 120.0),
+        ("queued/starting", 100.0, 108.0), ("run start", 108.0, 110.001), ("checks", 110.001, 120.0),
         ("batch, other", 120.0, 121.0), ("spark_job", 121.0, 140.0), ("manifests", 140.0, 145.0),
-        ("commits", 145.0, 150.0), ("materialisations", 150.0, 160.0), ("run end", 160.0, 170.0)]
+        ("commits", 145.0, 150.0), ("batch, other", 150.0, 150.001), ("materialisations", 150.001, 160.0),
+        ("run end", 160.0, 170.0)]
     assert {w.run_id for w in windows} == {"r1"}
 
 
@@ -60,7 +62,7 @@ def test_a_span_goes_to_the_run_whose_worker_exported_it_even_when_runs_overlap(
     other = Run("r2", estate_cpu.BATCH_JOB, created=105.0, started=109.0, ended=175.0, ranges=500, pid=43)
     spans = SPANS + [Span("archive_batch", 130.0, 172.0, 43), Span("checks", 130.0, 172.0, 43)]
     checks = {w.run_id: (w.start, w.end) for w in run_windows([BATCH, other], spans) if w.phase == "checks"}
-    assert checks == {"r1": (110.0, 120.0), "r2": (130.0, 172.0)}
+    assert checks == {"r1": (110.001, 120.0), "r2": (130.0, 172.0)}
 
 
 def test_a_run_of_another_job_is_one_phase_and_a_batch_run_without_spans_one_too():
