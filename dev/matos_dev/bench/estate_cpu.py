@@ -415,12 +415,15 @@ class Budget:
 
     def stop(self, dev, wait_s: float = 300) -> dict:
         """Once the batch runs in flight have ended (at most `wait_s`), the figures (summary's)."""
+        from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
+
+        in_flight = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING,
+                     DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]
         deadline = time.time() + wait_s
-        while time.time() < deadline:
-            runs, _ = dagster_records(dev.home, self.since)
-            if all(r.ended is not None for r in runs if r.job == BATCH_JOB):
-                break
-            time.sleep(2)
+        with DagsterInstance.from_config(str(dev.home)) as instance:
+            while time.time() < deadline and instance.get_runs_count(RunsFilter(
+                    job_name=BATCH_JOB, statuses=in_flight)):
+                time.sleep(2)
         time.sleep(1)  # the last spans' export (OTEL_BSP_SCHEDULE_DELAY)
         intervals = self.sampler.stop()
         runs, ticks = dagster_records(dev.home, self.since)
