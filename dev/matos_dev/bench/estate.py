@@ -12,6 +12,7 @@ and a topics file of one pattern matching every topic:
 3. **latency**: for `--steady-s`, a few busy topics get records at `--busy-rate` records/s and
    every other partition a record every `--quiet-every-s`; each record's latency is the time
    from its production until its partition's committed offset passes it (polled every second);
+   meanwhile the CPU of every process per range archived, by phase of the batch runs (estate_cpu.py);
 4. **monitor**: the age of each topic's latest monitor verdict at the end (the oldest).
 
 Figures to results (JSON and a Markdown table for docs/performance/estate.md).
