@@ -1,17 +1,18 @@
-"""The estate bench's CPU per archived range by phase (bench/estate_cpu.py): the attribution of sampled
-CPU to the phases of batch runs (pure), the OTLP receiver fed by a real process's span
-(core/tracing.span), the sampler on real processes, and (slow) a tiny estate end to end."""
+"""The estate bench's CPU per archived range by phase (bench/estate_cpu.py): the attribution of
+sampled CPU to the phases of batch runs (cpu_by_phase.py, pure), the OTLP receiver (otlp.py) fed by
+a real process's span (core/tracing.span), the sampler on real processes, and (slow) a tiny estate
+end to end."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-import time
 
 import pytest
-from matos_dev.bench import estate_cpu
-from matos_dev.bench.estate_cpu import Interval, Run, Span, Window, attribute, run_windows, summary
+from matos_dev.bench import estate_cpu, otlp
+from matos_dev.bench.cpu_by_phase import NOWHERE, Interval, Run, Window, attribute, run_windows, summary
+from matos_dev.bench.otlp import Span
 
 pytest.importorskip("opentelemetry.proto", reason="opentelemetry-proto (matos-dev's otel extra) is not installed")
 
@@ -38,10 +39,10 @@ def test_cpu_of_time_two_phases_share_is_split_evenly_between_them_and_counted_a
 
 def test_cpu_of_time_in_no_phase_is_said_apart():
     att = attribute([Interval(0.0, 2.0, {"kafka": 1.0})], [Window("commits", 0.0, 0.5)])
-    assert by_phase(att) == {"commits": 0.25, estate_cpu.NOWHERE: 0.75}
+    assert by_phase(att) == {"commits": 0.25, NOWHERE: 0.75}
 
 
-BATCH = Run("r1", estate_cpu.BATCH_JOB, created=100.0, started=108.0, ended=170.0, ranges=1000, pid=42,
+BATCH = Run("r1", "archive_ranges", created=100.0, started=108.0, ended=170.0, ranges=1000, pid=42,
             last_materialisation=160.0)
 # A parent span starts a little before its first child and ends a little after its last.
 SPANS = [Span("archive_batch", 110.0, 150.001, 42), Span("checks", 110.001, 120.0, 42),
@@ -59,14 +60,14 @@ def test_a_batch_runs_phases_follow_each_other_from_its_creation_to_its_end():
 
 
 def test_a_span_goes_to_the_run_whose_worker_exported_it_even_when_runs_overlap():
-    other = Run("r2", estate_cpu.BATCH_JOB, created=105.0, started=109.0, ended=175.0, ranges=500, pid=43)
+    other = Run("r2", "archive_ranges", created=105.0, started=109.0, ended=175.0, ranges=500, pid=43)
     spans = SPANS + [Span("archive_batch", 130.0, 172.0, 43), Span("checks", 130.0, 172.0, 43)]
     checks = {w.run_id: (w.start, w.end) for w in run_windows([BATCH, other], spans) if w.phase == "checks"}
     assert checks == {"r1": (110.001, 120.0), "r2": (130.0, 172.0)}
 
 
 def test_a_run_of_another_job_is_one_phase_and_a_batch_run_without_spans_one_too():
-    runs = [Run("m", "monitor", 0.0, 1.0, 5.0), Run("b", estate_cpu.BATCH_JOB, 0.0, 2.0, 9.0, ranges=3)]
+    runs = [Run("m", "monitor", 0.0, 1.0, 5.0), Run("b", "archive_ranges", 0.0, 2.0, 9.0, ranges=3)]
     assert sorted((w.phase, w.start, w.end) for w in run_windows(runs, [])) == [
         ("queued/starting", 0.0, 2.0), ("run (no spans)", 2.0, 9.0), ("run monitor", 0.0, 5.0)]
 
@@ -81,7 +82,7 @@ def test_the_summary_gives_each_phases_cpu_ms_per_range_of_the_batch_runs_by_rol
     assert s["phases"]["spark_job"]["ms_per_range"] == pytest.approx(19.0)
     assert s["phases"]["spark_job"]["roles_ms_per_range"] == {"spark_python": pytest.approx(19.0)}
     assert s["phases"]["queued/starting"]["ms_per_range"] == pytest.approx(0.8)
-    assert s["phases"][estate_cpu.NOWHERE]["ms_per_range"] == pytest.approx(0.5)
+    assert s["phases"][NOWHERE]["ms_per_range"] == pytest.approx(0.5)
     assert list(s["phases"])[:3] == ["queued/starting", "run start", "spark_job"]  # a run's order, then the rest
     table = estate_cpu.markdown([{"partitions": 1000, "cpu_budget": s}])
     assert "| spark_job | 19.0 | 19.0 |" in table and "| **total** (target ≤ 25) | | **20.5** |" in table
@@ -90,7 +91,7 @@ def test_the_summary_gives_each_phases_cpu_ms_per_range_of_the_batch_runs_by_rol
 def test_the_receiver_gets_the_span_a_process_exports_with_its_pid(tmp_path):
     code = ("from matos_dagster.core import tracing\n"
             "with tracing.span('checks', ranges=3):\n    pass\n")
-    with estate_cpu.Receiver() as receiver:
+    with otlp.Receiver() as receiver:
         env = {**os.environ, **receiver.env}
         proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr
