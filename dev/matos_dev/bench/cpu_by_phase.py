@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from matos_dev.bench.otlp import Span
 
@@ -100,11 +100,13 @@ class Attribution:
     cpu: dict[str, dict[str, float]]  # phase -> role -> CPU-seconds
     overlapped: float  # CPU-seconds of time two or more phases shared (split evenly among them)
     total: float
+    shared: dict[str, float] = field(default_factory=dict)  # phase -> its CPU-seconds from such time
 
 
 def attribute(intervals: Iterable[Interval], windows: list[Window]) -> Attribution:
     """Each interval's CPU to the phases active in it, in proportion to time; a shared time's evenly."""
     cpu: dict[str, dict[str, float]] = {}
+    shared: dict[str, float] = {}
     overlapped = total = 0.0
     for iv in intervals:
         length = iv.end - iv.start
@@ -123,7 +125,9 @@ def attribute(intervals: Iterable[Interval], windows: list[Window]) -> Attributi
                 for phase in here:
                     by_role = cpu.setdefault(phase, {})
                     by_role[role] = by_role.get(role, 0.0) + part / len(here)
-    return Attribution(cpu, overlapped, total)
+                    if len(here) > 1:
+                        shared[phase] = shared.get(phase, 0.0) + part / len(here)
+    return Attribution(cpu, overlapped, total, shared)
 
 
 def summary(att: Attribution, windows: list[Window], runs: list[Run]) -> dict:
@@ -137,7 +141,8 @@ def summary(att: Attribution, windows: list[Window], runs: list[Run]) -> dict:
     phases = {}
     for phase in sorted(att.cpu, key=_rank):
         spent = [w.end - w.start for w in windows if w.phase == phase]
-        phases[phase] = {"ms_per_range": ms(sum(att.cpu[phase].values())),
+        own = sum(att.cpu[phase].values())
+        phases[phase] = {"ms_per_range": ms(own), "shared": round(att.shared.get(phase, 0.0) / own, 3) if own else None,
                          "roles_ms_per_range": {k: ms(v) for k, v in sorted(att.cpu[phase].items())},
                          "windows": len(spent), "median_s": round(statistics.median(spent), 2) if spent else None}
     return {"ranges": ranges, "batch_runs": len(batch),

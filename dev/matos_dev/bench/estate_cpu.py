@@ -234,18 +234,23 @@ def markdown(results: list[dict]) -> str:
             continue
         out.append(f"\nCPU per archived range, {r['partitions']:,} partitions: {b['batch_runs']} batch runs, "
                    f"{b['ranges']:,} ranges (a median {b['ranges_per_run_median']} a run), every process counted; "
-                   f"ms of CPU per range ({b['overlapped_share']:.0%} of the CPU in time two phases shared, "
-                   "split evenly between them):\n")
-        out.append("| phase | median s | ms / range | " + " | ".join(COLUMNS.values()) + " |")
-        out.append("| --- | ---: | ---: | " + " | ".join("---:" for _ in COLUMNS) + " |")
+                   "ms of CPU per range; shared: the part of it from time the phase shared with another one "
+                   "(its CPU split evenly between them):\n")
+        out.append("| phase | median s | ms / range | shared | " + " | ".join(COLUMNS.values()) + " |")
+        out.append("| --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in COLUMNS) + " |")
         for phase, p in b["phases"].items():
             by = p["roles_ms_per_range"]
-            out.append(f"| {phase} | {_num(p['median_s'])} | {_num(p['ms_per_range'])} | "
+            out.append(f"| {phase} | {_num(p['median_s'])} | {_num(p['ms_per_range'])} | {_pct(p.get('shared'))} | "
                        + " | ".join(_num(by.get(k)) for k in COLUMNS) + " |")
         total = {k: sum((p["roles_ms_per_range"].get(k) or 0.0) for p in b["phases"].values()) for k in COLUMNS}
         out.append(f"| **total** (target ≤ {b['target_ms_per_range']:g}) | | **{_num(b['total_ms_per_range'])}** | "
+                   f"{_pct(b['overlapped_share'])} | "
                    + " | ".join(_num(round(v, 2)) for v in total.values()) + " |")
     return "\n".join(out) + ("\n" if out else "")
+
+
+def _pct(x) -> str:
+    return "" if x is None else f"{x:.0%}"
 
 
 def _num(x) -> str:

@@ -35,6 +35,7 @@ def test_cpu_of_time_two_phases_share_is_split_evenly_between_them_and_counted_a
                     [Window("spark_job", 0.0, 2.0), Window("tick lag", 1.0, 2.0)])
     assert by_phase(att) == {"spark_job": 0.6, "tick lag": 0.2}
     assert att.overlapped == pytest.approx(0.4) and att.total == pytest.approx(0.8)
+    assert att.shared == {"spark_job": pytest.approx(0.2), "tick lag": pytest.approx(0.2)}
 
 
 def test_cpu_of_time_in_no_phase_is_said_apart():
@@ -85,7 +86,7 @@ def test_the_summary_gives_each_phases_cpu_ms_per_range_of_the_batch_runs_by_rol
     assert s["phases"][NOWHERE]["ms_per_range"] == pytest.approx(0.5)
     assert list(s["phases"])[:3] == ["queued/starting", "run start", "spark_job"]  # a run's order, then the rest
     table = estate_cpu.markdown([{"partitions": 1000, "cpu_budget": s}])
-    assert "| spark_job | 19.0 | 19.0 |" in table and "| **total** (target ≤ 25) | | **20.5** |" in table
+    assert "| spark_job | 19.0 | 19.0 | 0% | " in table and "| **total** (target ≤ 25) | | **20.5** | 0% | " in table
 
 
 def test_the_receiver_gets_the_span_a_process_exports_with_its_pid(tmp_path):
