@@ -14,9 +14,6 @@ from matos_dev.bench import estate_cpu, otlp
 from matos_dev.bench.cpu_by_phase import NOWHERE, Interval, Run, Window, attribute, run_windows, summary
 from matos_dev.bench.otlp import Span
 
-pytest.importorskip("opentelemetry.proto", reason="opentelemetry-proto (matos-dev's otel extra) is not installed")
-
-
 def by_phase(att):
     return {phase: round(sum(roles.values()), 6) for phase, roles in att.cpu.items()}
 
@@ -89,7 +86,8 @@ def test_the_summary_gives_each_phases_cpu_ms_per_range_of_the_batch_runs_by_rol
     assert "| spark_job | 19.0 | 19.0 | 0% | " in table and "| **total** (target ≤ 25) | | **20.5** | 0% | " in table
 
 
-def test_the_receiver_gets_the_span_a_process_exports_with_its_pid(tmp_path):
+def test_the_receiver_gets_the_span_a_process_exports_with_its_pid():
+    pytest.importorskip("opentelemetry.exporter.otlp.proto.http", reason="matos-dagster's otel extra is not installed")
     code = ("from matos_dagster.core import tracing\n"
             "with tracing.span('checks', ranges=3):\n    pass\n")
     with otlp.Receiver() as receiver:
