@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from matos_dev.bench.otlp import Span
 
 TARGET_MS = 25.0  # per range of a 1,000-range batch, every process counted
 BATCH_JOB = "archive_ranges"
 NOWHERE = "no run, no tick"
+WORKER = "run_worker/"  # a run worker's role, by its PID: "run_worker/<pid>"
 # A batch run's phases in the order they happen (others, from new spans, after them by name).
 ORDER = ("queued/starting", "run start", "checks", "spark_job", "manifests", "commits", "batch, other",
          "materialisations", "run, between batches", "run end", "run (no spans)")
@@ -37,6 +38,7 @@ class Window:
     start: float
     end: float
     run_id: str | None = None
+    pid: int | None = None  # the run's worker process
 
 
 def run_windows(runs: Iterable[Run], spans: Iterable[Span]) -> list[Window]:
@@ -58,7 +60,8 @@ def run_windows(runs: Iterable[Run], spans: Iterable[Span]) -> list[Window]:
         started = r.started if r.started is not None else end
         out.append(Window("queued/starting", r.created, started, r.run_id))
         out += _batch_run(r, started, end, mine[r.run_id])
-    return [w for w in out if w.end > w.start]
+    pids = {r.run_id: r.pid for r in runs}
+    return [replace(w, pid=pids[w.run_id]) for w in out if w.end > w.start]
 
 
 def _batch_run(r: Run, started: float, end: float, spans: list[Span]) -> list[Window]:
@@ -103,8 +106,21 @@ class Attribution:
     shared: dict[str, float] = field(default_factory=dict)  # phase -> its CPU-seconds from such time
 
 
+def takers(role: str, active: list[Window]) -> list[Window]:
+    """Which of the phases active at once take a role's CPU: a run worker's ("run_worker/<pid>") its own
+    run's, Spark's a Spark job's, when one is active; otherwise all of them (shared evenly)."""
+    if role.startswith(WORKER):
+        own = [w for w in active if w.pid == int(role[len(WORKER):])]
+    elif role.startswith("spark_"):
+        own = [w for w in active if w.phase == "spark_job"]
+    else:
+        own = []
+    return own or active
+
+
 def attribute(intervals: Iterable[Interval], windows: list[Window]) -> Attribution:
-    """Each interval's CPU to the phases active in it, in proportion to time; a shared time's evenly."""
+    """Each interval's CPU to the phases active in it, in proportion to time; a shared time's evenly
+    among the phases that take it (`takers`). A run worker's CPU is reported as "run_worker"."""
     cpu: dict[str, dict[str, float]] = {}
     shared: dict[str, float] = {}
     overlapped = total = 0.0
@@ -116,15 +132,17 @@ def attribute(intervals: Iterable[Interval], windows: list[Window]) -> Attributi
         cuts = sorted({iv.start, iv.end, *(t for w in active for t in (w.start, w.end) if iv.start < t < iv.end)})
         for a, b in zip(cuts, cuts[1:]):
             share = (b - a) / length
-            here = [w.phase for w in active if w.start <= a and w.end >= b] or [NOWHERE]
+            now = [w for w in active if w.start <= a and w.end >= b]
             for role, seconds in iv.cpu.items():
                 part = seconds * share
                 total += part
+                here = [w.phase for w in takers(role, now)] or [NOWHERE]
                 if len(here) > 1:
                     overlapped += part
                 for phase in here:
                     by_role = cpu.setdefault(phase, {})
-                    by_role[role] = by_role.get(role, 0.0) + part / len(here)
+                    name = "run_worker" if role.startswith(WORKER) else role
+                    by_role[name] = by_role.get(name, 0.0) + part / len(here)
                     if len(here) > 1:
                         shared[phase] = shared.get(phase, 0.0) + part / len(here)
     return Attribution(cpu, overlapped, total, shared)

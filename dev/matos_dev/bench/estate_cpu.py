@@ -6,9 +6,11 @@ code server, webserver and run workers), the Spark Connect server's JVM and its 
 each Swift server and the Kafka broker. The bench's own processes (producer, pollers) do not count.
 
 Each 0.5 s interval's CPU goes to the phases active then, in proportion to the part of the
-interval each covers; where two or more phases are active at once (the lag sensor ticking while
-a batch runs, two runs at once) the CPU of that time is split evenly among them, and the report
-says how much of the CPU was so shared ("overlapped"). Time in no phase is "no run, no tick".
+interval each covers. Where two or more phases are active at once (the lag sensor ticking while
+a batch runs, two runs at once), a run worker's CPU goes to its own run's phase and Spark's to a
+Spark job when one is active (cpu_by_phase.takers); any other CPU of that time is split evenly
+among them, and the report says how much of each phase's CPU was so shared. Time in no phase is
+"no run, no tick".
 
 The phases, with their wall-clock bounds:
 
@@ -35,7 +37,7 @@ import time
 from pathlib import Path
 
 from matos_dev.bench.cpu import CpuSample, cpu_sample, cpu_used
-from matos_dev.bench.cpu_by_phase import BATCH_JOB, Interval, Run, Window, attribute, run_windows, summary
+from matos_dev.bench.cpu_by_phase import BATCH_JOB, WORKER, Interval, Run, Window, attribute, run_windows, summary
 from matos_dev.bench.cpu_by_phase import TARGET_MS  # noqa: F401 - bench/estate.py's target, from here
 from matos_dev.bench.otlp import Receiver
 
@@ -88,7 +90,8 @@ def roles(session: int | None, servers: dict[str, list[int]]) -> dict[str, list[
     if session is not None:
         for pid, (_, sess) in table.items():
             if sess == session:
-                out.setdefault(dev_role(_cmdline(pid)), []).append(pid)
+                role = dev_role(_cmdline(pid))
+                out.setdefault(f"{WORKER}{pid}" if role == "run_worker" else role, []).append(pid)
     for role, roots in servers.items():
         todo = list(roots)
         while todo:
@@ -116,7 +119,9 @@ class Sampler:
         while not self._stop.wait(max(0.0, t0 + PERIOD_S - time.time())):
             t1, s1 = self._sample()
             used = cpu_used(s0, s1)
-            self.intervals.append(Interval(t0, t1, {k: v for k, v in used.items() if "/" not in k}))
+            # A server of parts once (Swift's four as "swift"), a run worker by its PID (cpu_by_phase.takers).
+            self.intervals.append(Interval(t0, t1, {k: v for k, v in used.items() if k.startswith(WORKER)
+                                                    or ("/" not in k and k != "run_worker")}))
             t0, s0 = t1, s1
 
     def start(self) -> None:

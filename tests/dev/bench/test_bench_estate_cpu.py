@@ -37,6 +37,19 @@ def test_cpu_of_time_two_phases_share_is_split_evenly_between_them_and_counted_a
     assert att.shared == {"spark_job": pytest.approx(0.2), "tick lag": pytest.approx(0.2)}
 
 
+def test_in_shared_time_a_run_workers_cpu_goes_to_its_own_run_and_sparks_to_the_spark_job():
+    # Run A (worker 1) in its Spark job while run B (worker 2) starts and the lag sensor ticks.
+    windows = [Window("spark_job", 0.0, 1.0, "A", pid=1), Window("queued/starting", 0.0, 1.0, "B", pid=2),
+               Window("tick lag", 0.0, 1.0)]
+    att = attribute([Interval(0.0, 1.0, {"run_worker/1": 0.1, "run_worker/2": 0.6, "spark_jvm": 0.9,
+                                         "daemon": 0.3})], windows)
+    assert att.cpu["queued/starting"] == {"run_worker": pytest.approx(0.6), "daemon": pytest.approx(0.1)}
+    assert att.cpu["spark_job"] == {"run_worker": pytest.approx(0.1), "spark_jvm": pytest.approx(0.9),
+                                    "daemon": pytest.approx(0.1)}
+    assert att.cpu["tick lag"] == {"daemon": pytest.approx(0.1)}
+    assert att.overlapped == pytest.approx(0.3)  # the daemon's: no phase of the three is more its own
+
+
 def test_cpu_of_time_in_no_phase_is_said_apart():
     att = attribute([Interval(0.0, 2.0, {"kafka": 1.0})], [Window("commits", 0.0, 0.5)])
     assert by_phase(att) == {"commits": 0.25, NOWHERE: 0.75}
@@ -56,7 +69,7 @@ def test_a_batch_runs_phases_follow_each_other_from_its_creation_to_its_end():
         ("batch, other", 120.0, 121.0), ("spark_job", 121.0, 140.0), ("manifests", 140.0, 145.0),
         ("commits", 145.0, 150.0), ("batch, other", 150.0, 150.001), ("materialisations", 150.001, 160.0),
         ("run end", 160.0, 170.0)]
-    assert {w.run_id for w in windows} == {"r1"}
+    assert {(w.run_id, w.pid) for w in windows} == {("r1", 42)}
 
 
 def test_a_span_goes_to_the_run_whose_worker_exported_it_even_when_runs_overlap():
