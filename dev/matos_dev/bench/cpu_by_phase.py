@@ -13,9 +13,10 @@ TARGET_MS = 25.0  # per range of a 1,000-range batch, every process counted
 BATCH_JOB = "archive_ranges"
 NOWHERE = "no run, no tick"
 WORKER = "run_worker/"  # a run worker's role, by its PID: "run_worker/<pid>"
+EXIT = "run process exit"  # a run worker's CPU after its run ended (its process ends later)
 # A batch run's phases in the order they happen (others, from new spans, after them by name).
 ORDER = ("queued/starting", "run start", "checks", "spark_job", "manifests", "commits", "batch, other",
-         "materialisations", "run, between batches", "run end", "run (no spans)")
+         "materialisations", "run, between batches", "run end", "run (no spans)", EXIT)
 
 
 @dataclass(frozen=True)
@@ -106,11 +107,13 @@ class Attribution:
     shared: dict[str, float] = field(default_factory=dict)  # phase -> its CPU-seconds from such time
 
 
-def takers(role: str, active: list[Window]) -> list[Window]:
+def takers(role: str, active: list[Window], workers: set[int] = frozenset()) -> list[Window]:
     """Which of the phases active at once take a role's CPU: a run worker's ("run_worker/<pid>") its own
-    run's, Spark's a Spark job's, when one is active; otherwise all of them (shared evenly)."""
+    run's (EXIT once its run has ended: `workers`, the PIDs of the runs), Spark's a Spark job's, when one
+    is active; otherwise all of them (shared evenly)."""
     if role.startswith(WORKER):
-        own = [w for w in active if w.pid == int(role[len(WORKER):])]
+        pid = int(role[len(WORKER):])
+        own = [w for w in active if w.pid == pid] or ([Window(EXIT, 0, 0)] if pid in workers else [])
     elif role.startswith("spark_"):
         own = [w for w in active if w.phase == "spark_job"]
     else:
@@ -123,6 +126,7 @@ def attribute(intervals: Iterable[Interval], windows: list[Window]) -> Attributi
     among the phases that take it (`takers`). A run worker's CPU is reported as "run_worker"."""
     cpu: dict[str, dict[str, float]] = {}
     shared: dict[str, float] = {}
+    workers = {w.pid for w in windows if w.pid is not None}
     overlapped = total = 0.0
     for iv in intervals:
         length = iv.end - iv.start
@@ -136,7 +140,7 @@ def attribute(intervals: Iterable[Interval], windows: list[Window]) -> Attributi
             for role, seconds in iv.cpu.items():
                 part = seconds * share
                 total += part
-                here = [w.phase for w in takers(role, now)] or [NOWHERE]
+                here = [w.phase for w in takers(role, now, workers)] or [NOWHERE]
                 if len(here) > 1:
                     overlapped += part
                 for phase in here:

@@ -21,7 +21,7 @@ The phases, with their wall-clock bounds:
 - from Dagster's records of the run: "queued/starting" (run created → started), "run start"
   (started → its first span), "materialisations" (its last span → its last materialisation
   event, unless a span says it), "run end" (→ run ended); a run of another job is one phase,
-  "run <job>", from created to ended;
+  "run <job>", from created to ended; a run process's CPU after its run ended, "run process exit";
 - each sensor's ticks ("tick <sensor>": tick start → end, from the instance's tick records).
 
 A span is the run's whose worker process exported it (the span's resource `process.pid`, the run's

@@ -50,6 +50,13 @@ def test_in_shared_time_a_run_workers_cpu_goes_to_its_own_run_and_sparks_to_the_
     assert att.overlapped == pytest.approx(0.3)  # the daemon's: no phase of the three is more its own
 
 
+def test_a_run_workers_cpu_after_its_run_ended_is_its_process_exit():
+    att = attribute([Interval(1.0, 2.0, {"run_worker/1": 0.2, "run_worker/9": 0.1})],
+                    [Window("run end", 0.0, 1.0, "A", pid=1)])
+    assert att.cpu == {"run process exit": {"run_worker": pytest.approx(0.2)},
+                       NOWHERE: {"run_worker": pytest.approx(0.1)}}  # a process of no run known
+
+
 def test_cpu_of_time_in_no_phase_is_said_apart():
     att = attribute([Interval(0.0, 2.0, {"kafka": 1.0})], [Window("commits", 0.0, 0.5)])
     assert by_phase(att) == {"commits": 0.25, NOWHERE: 0.75}
