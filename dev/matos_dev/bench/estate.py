@@ -12,6 +12,7 @@ and a topics file of one pattern matching every topic:
 3. **latency**: for `--steady-s`, a few busy topics get records at `--busy-rate` records/s and
    every other partition a record every `--quiet-every-s`; each record's latency is the time
    from its production until its partition's committed offset passes it (polled every second);
+   meanwhile the CPU of every process per range archived, by phase of the batch runs (estate_cpu.py);
 4. **monitor**: the age of each topic's latest monitor verdict at the end (the oldest);
 5. **side by side** (`--peer`): then, on the same topics, the Apache Iceberg Kafka Connect sink at
    each commit interval, each on a steady window of its own (bench/estate_peer.py); latency,
@@ -34,7 +35,7 @@ import uuid
 from pathlib import Path
 
 from matos_dagster.core.kafka import many
-from matos_dev.bench import bench_instance, dagster_dev, estate_peer
+from matos_dev.bench import bench_instance, dagster_dev, estate_cpu, estate_peer
 from matos_dev.bench.cpu import cpu_used
 from matos_dev.bench.stack import produce_records, running_stack
 from matos_dev.stack.process import free_port
@@ -151,8 +152,9 @@ def measure(stack, tmp: Path, n_topics: int, per_topic: int, idle_s: float, stea
     out: dict = {"partitions": len(tps), "topics": len(topics), "per_topic": per_topic, "instance": instance,
                  "backlog_records": len(tps) * BACKLOG, "pattern": pattern}
     archive_cpu = estate_peer.ArchiveCpu(stack, spark.status()["pid"])
+    budget = estate_cpu.Budget(estate_cpu.servers(stack, spark))  # CPU per range of the steady part, by phase
     try:
-        with dagster_dev.running(tmp, topics_yaml, settings, instance=instance) as dev, \
+        with budget, dagster_dev.running(tmp, topics_yaml, {**settings, **budget.env}, instance=instance) as dev, \
                 Committed(kafka, "matos-archiver", tps) as committed:
             t0 = time.time()
             ends = many.watermarks(kafka, tps)
@@ -177,6 +179,7 @@ def measure(stack, tmp: Path, n_topics: int, per_topic: int, idle_s: float, stea
             say(f"idle: {out['idle_cores']}")
 
             archive_cpu.start(dev)
+            budget.start(dev)
             produced = steady(kafka, topics, per_topic, busy_topics, busy_rate, quiet_every_s, steady_s)
             last = {tp: max(o for (t, p, o) in produced if (t, p) == tp) for tp in {(t, p) for t, p, _ in produced}}
             drain = time.time() + 600
@@ -185,6 +188,8 @@ def measure(stack, tmp: Path, n_topics: int, per_topic: int, idle_s: float, stea
             out["steady"] = {**estate_peer.figures(produced, committed.when, archive_cpu.stop(dev)),
                              "busy_topics": busy_topics, "busy_rate": busy_rate, "quiet_every_s": quiet_every_s}
             say(f"steady: {out['steady']}")
+            out["cpu_budget"] = budget.stop(dev)
+            say(f"CPU per range: {out['cpu_budget']['total_ms_per_range']} ms")
             out["monitor_oldest_verdict_s"] = monitor_age(dev, topics)
             out["runs"] = runs(dev)
     finally:
@@ -269,8 +274,10 @@ def markdown(results: list[dict]) -> str:
     if any("postgres" in r.get("idle_cores", {}) for r in results):
         row("idle CPU, PostgreSQL server, cores", lambda r: r.get("idle_cores", {}).get("postgres", "–"), "")
     row("oldest monitor verdict at the end, s", lambda r: r.get("monitor_oldest_verdict_s"), "≤ 300")
+    row("CPU per range of the batch runs, every process, ms", lambda r: r.get("cpu_budget", {}).get(
+        "total_ms_per_range"), f"≤ {estate_cpu.TARGET_MS:g}")
     row("runs", lambda r: ", ".join(f"{k} {v}" for k, v in sorted(r.get("runs", {}).items())), "")
-    return "\n".join(rows) + "\n" + estate_peer.markdown(results)
+    return "\n".join(rows) + "\n" + estate_peer.markdown(results) + estate_cpu.markdown(results)
 
 
 def busy_markdown(b: dict) -> str:
