@@ -278,3 +278,54 @@ def test_a_worker_without_the_native_reader_says_why_once_not_per_task(monkeypat
             slice_task.archive_slice(job)
     said = [r for r in caplog.records if "Python reader (MATOS_NATIVE_READER=false)" in r.getMessage()]
     assert [r.levelno for r in said] == [logging.WARNING, logging.DEBUG, logging.DEBUG]
+
+
+class CountingLibrary:
+    """The native library, its consumers opened counted."""
+
+    def __init__(self, lib):
+        self.lib, self.opened = lib, 0
+
+    def sr_open(self, *args):
+        self.opened += 1
+        return self.lib.sr_open(*args)
+
+    def __getattr__(self, name):
+        return getattr(self.lib, name)
+
+
+def test_a_tasks_slices_of_many_partitions_share_one_consumer_and_write_what_one_each_writes(
+        kafka, swift, new_topic, monkeypatch):
+    from helpers import produce
+
+    from matos_dagster.core.archive.tasks import archive_slices
+
+    monkeypatch.setenv("MATOS_NATIVE_READER", "true")
+    a, b = new_topic(partitions=2), new_topic(partitions=2)
+    rows = mixed_records(40)
+    for t in (a, b):
+        produce(kafka, t, [(k, v, h, p, ts) for p in (0, 1) for k, v, h, ts in rows])
+    cuts = [(a, 0, 0, 15), (a, 0, 15, 40), (a, 1, 0, 40), (b, 0, 0, 40), (b, 1, 3, 20)]
+    with swift.store() as store:
+        def jobs(tag: str, **kw) -> list[SliceJob]:
+            return [SliceJob(slice=OffsetRange(t, p, s, e), directory=f"{tag}/{t}/{p}", kafka_conf=kafka.client_config(),
+                             group="g-reuse", swift=store.params, **kw) for t, p, s, e in cuts]
+
+        native._load()
+        counting = CountingLibrary(native._lib)
+        monkeypatch.setattr(native, "_lib", counting)
+        shared = archive_slices(jobs("shared"))
+        assert counting.opened == 1
+        alone = [slice_task.archive_slice(j) for j in jobs("alone")]
+        assert counting.opened == 1 + len(cuts)
+        assert [[strip(o) for o in s] for s in shared] == [[strip(o) for o in s] for s in alone]
+        assert [[store.get(o["name"]) for o in s] for s in shared] == [[store.get(o["name"]) for o in s] for s in alone]
+        # A slice that ends in an error leaves its consumer out: the next slice gets one of its own.
+        refused = archive_slices([dataclasses.replace(jobs("small")[0], max_record_bytes=10), jobs("after")[2]])
+        assert "refused" in refused[0][0]
+        assert [strip(o) for o in refused[1]] == [strip(o) for o in shared[2]]
+        assert counting.opened == 1 + len(cuts) + 2
+
+
+def strip(entry: dict) -> dict:
+    return {k: v for k, v in entry.items() if k != "name"}
