@@ -104,13 +104,15 @@ class Evaluated:
         self.due: dict[str, str] = {}  # topic -> why it was evaluated
         self.left: list[str] = []  # due, but the time was up: the next tick's first
         self.fresh = 0  # not due
+        self.held: list[str] = []  # of those, moved since their verdict, due once it is old enough
         self.oldest = 0.0  # when the oldest verdict left standing was made (0: a topic has none)
 
 
 def evaluate(instance: DagsterInstance, kafka: KafkaResource, swift: SwiftResource, topics: Sequence[TopicConfig],
              listing: dict[str, list[int]] | None = None, max_age_s: float | None = None,
              deadline: float | None = None, offsets: dict[str, dict[int, verdict.Offsets]] | None = None,
-             names: Names = DEFAULT, gave_up: dict[tuple[str, int], str] | None = None) -> Evaluated:
+             names: Names = DEFAULT, gave_up: dict[tuple[str, int], str] | None = None,
+             moved_after_s: float = 0.0) -> Evaluated:
     """The monitor's verdict of each topic that is due, as check evaluations, stalest first.
 
     `listing`: the cluster's topics (many.topics), if the caller has it; a topic missing from it
@@ -119,7 +121,8 @@ def evaluate(instance: DagsterInstance, kafka: KafkaResource, swift: SwiftResour
     begun after it, though at least one is; the others are left for the next call. `offsets`: the
     topics' (verdict.kafka_offsets), if the caller has them. `names`: the archive's (its check keys).
     `gave_up`: the partitions the lag sensor no longer requests (sensors/stopped.py), if the caller
-    has them; else read from the instance.
+    has them; else read from the instance. `moved_after_s`: a topic whose committed offsets moved is due
+    once its verdict is this old (verdict.is_due); until then it is `held`.
     """
     if gave_up is None:
         gave_up = stopped.read(instance, names.of(stopped.LAG))
@@ -139,9 +142,11 @@ def evaluate(instance: DagsterInstance, kafka: KafkaResource, swift: SwiftResour
             for t in topics:
                 prev = previous.get(t.name, NEVER)
                 why = "asked" if max_age_s is None else verdict.is_due(prev, offsets.get(t.name), now, max_age_s,
-                                                                        given_up.get(t.name))
+                                                                        given_up.get(t.name), moved_after_s)
                 if why is None:
                     out.fresh += 1
+                    if verdict.moved(prev, offsets.get(t.name)):
+                        out.held.append(t.name)
                 else:
                     out.due[t.name] = why
                     order.append((prev.t, t.name, t))

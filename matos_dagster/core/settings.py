@@ -129,6 +129,10 @@ SETTINGS: tuple[Setting, ...] = (
             "The oldest a topic's monitor verdict may be: the monitor sensor (a tick every MATOS_SENSOR_INTERVAL_S) "
             "evaluates each topic again before its verdict is this old, and at the next tick after its committed "
             "offsets move.", kind=Whole(unit="seconds")),
+    Setting("MATOS_REEVALUATE_S", "120",
+            "A topic whose committed offsets moved is evaluated again by the monitor sensor, and its days by the days "
+            "sensor, once its last evaluation is this old (0: at the next tick). In a busy estate they move at every "
+            "tick: each evaluation then covers the ranges of several ticks.", kind=Whole(least=0, unit="seconds")),
     Setting("MATOS_COMPACT_CRON", "37 * * * *",
             "When the `compact` job merges each topic's small archived ranges into large ones (cron).", kind=Cron()),
     Setting("MATOS_EXPIRE_CRON", "17 3 * * *",

@@ -5,8 +5,8 @@ without a run.
 Per tick: the topics resolved from the topics file (names and patterns), their partitions' offsets
 in a few batched requests (core/kafka/many.py), then, for each topic that is due, an evaluation
 (core/days/evaluate.py: only the ranges archived since its last one are read). A topic is due when
-its log end or committed offsets moved since its last evaluation, or when that evaluation is
-`rest_s` old: a quiet topic's days complete as its partitions go idle, which takes time, not
+its log end or committed offsets moved since its last evaluation and that is `moved_after_s` old
+(MATOS_REEVALUATE_S: a busy topic's move at every tick), or when that evaluation is `rest_s` old: a quiet topic's days complete as its partitions go idle, which takes time, not
 records. Topics are evaluated stalest first within `budget_s` of a tick (Dagster gives a tick 60 s);
 the rest come first at the next tick.
 
@@ -36,6 +36,7 @@ from dagster import (
 )
 
 from matos_dagster.assets.windows import rules, window_result
+from matos_dagster.core import settings
 from matos_dagster.core.days import erased, evaluate
 from matos_dagster.core.days.read import WindowNotComplete, close, window_record, window_records
 from matos_dagster.core.kafka import many
@@ -50,8 +51,11 @@ REST_S = 300.0  # a quiet topic is evaluated this often: its partitions go idle 
 
 
 def days_sensor(topics: TopicSet, tick_s: int, rest_s: float = REST_S, budget_s: float = BUDGET_S,
-                clock=time.time, names: Names = DEFAULT) -> SensorDefinition:
-    """`clock`: now, in seconds since the epoch (a test's clock in the tests); `names`: of the archive."""
+                clock=time.time, names: Names = DEFAULT, moved_after_s: float | None = None) -> SensorDefinition:
+    """`clock`: now, in seconds since the epoch (a test's clock in the tests); `names`: of the archive;
+    `moved_after_s`: a topic whose offsets moved is evaluated once its last evaluation is this old
+    (default MATOS_REEVALUATE_S)."""
+    moved_after_s = float(settings.get("MATOS_REEVALUATE_S")) if moved_after_s is None else moved_after_s
 
     @sensor(
         name=names.of(NAME),
@@ -77,8 +81,8 @@ def days_sensor(topics: TopicSet, tick_s: int, rest_s: float = REST_S, budget_s:
                                                                for p in listing[t.name]]))
             seen = {t.name: _digest([(p, marks[(t.name, p)], committed[(t.name, p)]) for p in listing[t.name]])
                     for t in timed}
-            due = [t for t in timed if t.name not in cursor or cursor[t.name].get("seen") != seen[t.name]
-                   or now - cursor[t.name].get("at", 0) >= rest_s]
+            due = [t for t in timed if t.name not in cursor or now - cursor[t.name].get("at", 0) >= (
+                min(moved_after_s, rest_s) if cursor[t.name].get("seen") != seen[t.name] else rest_s)]
             due.sort(key=lambda t: cursor.get(t.name, {}).get("at", 0))  # stalest first
             events, done, left = [], [], []
             if due:

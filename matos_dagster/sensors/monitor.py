@@ -4,8 +4,9 @@ One sensor for all topics. Each tick lists the cluster's topics once, resolves t
 against them (named topics, and those a pattern matches: a deleted one is no longer evaluated, a
 named one missing gets a verdict saying so), asks Kafka for every partition's offsets in a few
 batched requests, and reads each topic's last verdict in one query. A topic is due when its verdict
-would be older than `interval_s` by the next tick, or at once when a committed offset moved since
-(an archive run committed). The due topics are evaluated stalest first (assets/monitor.py's
+would be older than `interval_s` by the next tick, or when a committed offset moved since (an
+archive run committed) once its verdict is `moved_after_s` old (MATOS_REEVALUATE_S: a busy topic's
+offsets move at every tick). The due topics are evaluated stalest first (assets/monitor.py's
 `evaluate`, the check's own) and each verdict is reported as an asset check evaluation of the
 tick: no run, no process, no queue. The cursor holds when the oldest verdict was made and a digest of
 the committed offsets: a tick before any verdict is due, with none moved, reads no verdict at all.
@@ -28,6 +29,7 @@ from dagster import (
 )
 
 from matos_dagster.assets.monitor import check_key, evaluate
+from matos_dagster.core import settings
 from matos_dagster.core.kafka import many
 from matos_dagster.core.monitor import verdict
 from matos_dagster.core.topic_set import TopicSet
@@ -44,9 +46,11 @@ PRUNE_EVERY_S = 3600  # meanwhile a topic's history grows by a few more: a query
 
 
 def monitor_sensor(topics: TopicSet, interval_s: int, tick_s: int, budget_s: float = BUDGET_S,
-                   keep: int = KEEP_VERDICTS, names: Names = DEFAULT) -> SensorDefinition:
+                   keep: int = KEEP_VERDICTS, names: Names = DEFAULT, moved_after_s: float | None = None) -> SensorDefinition:
     """`interval_s`: the oldest a verdict may be; `tick_s`: seconds between ticks; `keep`: verdicts
-    kept per topic; `names`: of the archive."""
+    kept per topic; `names`: of the archive; `moved_after_s`: a topic whose committed offsets moved is
+    evaluated once its verdict is this old (default MATOS_REEVALUATE_S)."""
+    moved_after_s = float(settings.get("MATOS_REEVALUATE_S")) if moved_after_s is None else moved_after_s
     # A tick early, so that the verdict is renewed before it is `interval_s` old, not after.
     max_age_s = max(0, interval_s - tick_s)
 
@@ -76,7 +80,7 @@ def monitor_sensor(topics: TopicSet, interval_s: int, tick_s: int, budget_s: flo
                 return SensorResult(skip_reason=SkipReason(f"{len(resolved.topics)} topics, none due"),
                                     cursor=context.cursor)
             done = evaluate(context.instance, kafka, swift, resolved.topics, listing, max_age_s, deadline, offsets,
-                            names=names, gave_up=gave_up)
+                            names=names, gave_up=gave_up, moved_after_s=moved_after_s)
         pruned = cursor.get("pruned", 0)
         if time.time() - pruned >= PRUNE_EVERY_S:
             # Each verdict is a row of its check's history and an event, which Dagster keeps forever;
@@ -92,7 +96,8 @@ def monitor_sensor(topics: TopicSet, interval_s: int, tick_s: int, budget_s: flo
         if done.left:
             summary += f"; time up, first at the next tick: {_names(done.left)}"
         context.log.info(summary)
-        cursor = {"offsets": moved, "oldest": done.oldest, "pruned": pruned}
+        # A topic held back (moved, its verdict still young) is looked at again at the next ticks.
+        cursor = {"offsets": cursor.get("offsets") if done.held else moved, "oldest": done.oldest, "pruned": pruned}
         return SensorResult(asset_events=done.evaluations, skip_reason=SkipReason(summary[:1000]),
                             cursor=json.dumps(cursor))
 

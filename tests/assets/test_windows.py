@@ -236,3 +236,21 @@ def test_a_first_record_stamped_in_1970_writes_no_window_before_windows_start_an
     assert sorted(written) == [f"{key(D1)}.json", f"{key(D2)}.json"]  # D1's record, D2 open
     with swift.store() as store:
         assert evaluate.counts(store, store.params.prefix, days.name)["outside_windows"] == 1
+
+
+def test_a_busy_topics_days_are_evaluated_again_once_its_last_evaluation_is_moved_after_s_old(
+        kafka, swift, spark, new_topic):
+    """A busy estate's offsets move at every tick: a topic is evaluated again once its last evaluation is
+    MATOS_REEVALUATE_S old, not at every tick (each evaluation then reads the ranges of several)."""
+    days = Days(kafka, swift, spark, new_topic(partitions=1))
+    clock = SimpleNamespace(s=time.time())
+    days.sensor = days_sensor(TopicSet([days.topic]), 30, rest_s=3600, moved_after_s=120, clock=lambda: clock.s)
+    days.produce(0, D1 + H)
+    days.archive()
+    assert days.evaluate() == []  # its first evaluation: the partition has not passed D1
+    days.produce(0, D2 + H)
+    days.archive()
+    clock.s += 30
+    assert days.evaluate() == []  # moved, but evaluated 30 s ago: held
+    clock.s += 90
+    assert [d for d, _ in days.evaluate()] == [key(D1)]

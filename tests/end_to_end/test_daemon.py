@@ -309,6 +309,7 @@ def dev(request, tmp_path_factory, kafka, kafka_server, swift_server, connect_se
             f"daemon-{uuid.uuid4().hex[:8]}", instance_env,
             MATOS_SENSOR_INTERVAL_S=str(INTERVAL_S),
             MATOS_MONITOR_INTERVAL_S="30",  # a verdict at least every 30 s, whatever else evaluates the check
+            MATOS_REEVALUATE_S="10",  # the days of a topic that moved, evaluated again 10 s after the last time
             MATOS_KAFKA_BOOTSTRAP_SERVERS=kafka_server.bootstrap_servers,
             MATOS_SWIFT_AUTH_URL=swift_server.auth_url,
             MATOS_SPARK_MASTER=connect_server.url,  # as `make run`: runs are clients of one Spark

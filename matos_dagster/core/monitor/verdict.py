@@ -110,9 +110,10 @@ class Verdict:
 
 
 def is_due(previous: Previous, offsets: Mapping[int, Offsets] | None, now: float, max_age_s: float,
-           stopped: Mapping[int, str] | None = None) -> str | None:
+           stopped: Mapping[int, str] | None = None, moved_after_s: float = 0.0) -> str | None:
     """Why the topic's verdict is to be made again now, or None. `offsets`: its partitions' (None:
-    the topic is not in Kafka); `stopped`: the partitions the lag sensor stopped requesting, now."""
+    the topic is not in Kafka); `stopped`: the partitions the lag sensor stopped requesting, now;
+    `moved_after_s`: committed offsets that moved make it due once the verdict is this old."""
     if previous.t == 0:
         return "no verdict yet"
     if now - previous.t >= max_age_s:
@@ -123,11 +124,17 @@ def is_due(previous: Previous, offsets: Mapping[int, Offsets] | None, now: float
         return None
     if set(offsets) != set(previous.offsets):
         return "partitions changed"
-    if any(o.committed != previous.offsets[p].committed for p, o in offsets.items()):
+    if moved(previous, offsets) and now - previous.t >= moved_after_s:
         return "committed offsets moved"
     if set(stopped or ()) != previous.stopped:
         return "the lag sensor stopped or resumed a partition"
     return None
+
+
+def moved(previous: Previous, offsets: Mapping[int, Offsets] | None) -> bool:
+    """A committed offset of the topic's partitions moved since the verdict."""
+    return offsets is not None and set(offsets) == set(previous.offsets) and any(
+        o.committed != previous.offsets[p].committed for p, o in offsets.items())
 
 
 def carried(previous: Previous, offsets: Mapping[int, Offsets], where: str) -> set[int]:

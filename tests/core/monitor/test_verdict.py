@@ -41,6 +41,13 @@ def test_a_topic_is_due_when_its_verdict_is_old_or_its_committed_offsets_moved(n
     assert verdict.is_due(p, now_offsets, NOW, 270) == why
 
 
+def test_committed_offsets_that_moved_make_a_topic_due_once_its_verdict_is_moved_after_s_old():
+    p = previous({0: Offsets(0, 100, 100)}, t=NOW - 60)
+    moved = {0: Offsets(0, 150, 150)}
+    assert verdict.is_due(p, moved, NOW, 270, moved_after_s=120) is None and verdict.moved(p, moved)
+    assert verdict.is_due(p, moved, NOW + 60, 270, moved_after_s=120) == "committed offsets moved"
+
+
 def test_a_topic_gone_from_kafka_is_not_due_again_until_its_verdict_is_old():
     gone = previous({}, t=NOW - 60)
     gone.missing = True
