@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 
-from matos_dagster.core.archive import native
 from matos_dagster.core.archive.slice_task import RecordTooLarge, SliceJob, archive_slice
 
 # A Spark task carries slices until they hold this many offsets or this many slices: a quiet
@@ -40,24 +39,20 @@ def archive_slices(jobs: list[SliceJob]) -> list[list[dict] | dict]:
     decode_strict), or `{"failed": why}` for a slice that failed twice. Never raises for a slice: the other slices of the task, and the other
     ranges of the batch, go on; only its own range is not archived."""
     out: list[list[dict] | dict] = []
-    with native.reusing():  # a consumer for the task's slices, not one a slice
-        for job in jobs:
-            out.append(_one(job))
+    for job in jobs:
+        for attempt in range(1, SLICE_TRIES + 1):
+            try:
+                out.append(archive_slice(job))
+                break
+            except RecordTooLarge as e:  # no retry changes it: the topic's setting must
+                out.append([{"refused": str(e)}])
+                break
+            except Exception as e:  # noqa: BLE001 - the slice's outcome; its range is retried by a later run
+                if attempt == SLICE_TRIES:
+                    out.append({"failed": f"slice {job.slice}: {one_line(e)}"})
+                else:
+                    time.sleep(1.0)
     return out
-
-
-def _one(job: SliceJob) -> list[dict] | dict:
-    """One slice of `archive_slices`: its entries, `[{"refused": why}]` or `{"failed": why}`."""
-    for attempt in range(1, SLICE_TRIES + 1):
-        try:
-            return archive_slice(job)
-        except RecordTooLarge as e:  # no retry changes it: the topic's setting must
-            return [{"refused": str(e)}]
-        except Exception as e:  # noqa: BLE001 - the slice's outcome; its range is retried by a later run
-            if attempt == SLICE_TRIES:
-                return {"failed": f"slice {job.slice}: {one_line(e)}"}
-            time.sleep(1.0)
-    raise AssertionError("SLICE_TRIES is at least 1")
 
 
 def one_line(e: BaseException) -> str:

@@ -9,10 +9,9 @@ No Dagster imports.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pyarrow as pa
 
@@ -68,9 +67,6 @@ def _load() -> None:
                             ctypes.c_double, ctypes.POINTER(_Result)]
     lib.sr_next.restype = ctypes.c_int
     lib.sr_next.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.POINTER(_Result)]
-    lib.sr_reopen.restype = ctypes.c_int
-    lib.sr_reopen.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int32, ctypes.c_int64, ctypes.c_int64,
-                              ctypes.c_int64, ctypes.c_double, ctypes.POINTER(_Result)]
     lib.sr_close.restype = None
     lib.sr_close.argtypes = [ctypes.c_void_p]
     lib.sr_release.restype = None
@@ -140,26 +136,6 @@ class NativeError(Exception):
         self.position = result.position
 
 
-# Within `reusing()`: the consumers of slices read to their end, by their settings, for the next
-# slice of the same settings; None: a consumer a slice.
-_idle: dict[tuple, int] | None = None
-
-
-@contextlib.contextmanager
-def reusing() -> Iterator[None]:
-    """Within, a slice's consumer serves the next slice of the same settings (a Spark task of a busy
-    estate's batch reads a slice of each of 32 partitions: one consumer, one set of connections to
-    the brokers, not 32); they are closed at the end."""
-    global _idle
-    outer, _idle = _idle, {}
-    try:
-        yield
-    finally:
-        for handle in _idle.values():
-            _lib.sr_close(handle)
-        _idle = outer
-
-
 class SliceReader:
     """A consumer of one slice `[start, end)` of a partition, read as Arrow chunks."""
 
@@ -171,21 +147,13 @@ class SliceReader:
         self._lib = _lib
         self._schema = schema
         items = list(conf_strings(conf).items())
-        self._settings, self._done = tuple(items), False
+        keys = (ctypes.c_char_p * len(items))(*[k.encode() for k, _ in items])
+        values = (ctypes.c_char_p * len(items))(*[v.encode() for _, v in items])
         r = _Result()
-        handle = _idle.pop(self._settings, None) if _idle is not None else None
-        if handle is not None:
-            if self._lib.sr_reopen(handle, topic.encode(), partition, start, end, max_record_bytes, stall_timeout_s,
-                                   ctypes.byref(r)):
-                self._lib.sr_close(handle)
-                raise NativeError(SR_KAFKA_ERROR, r)
-        else:
-            keys = (ctypes.c_char_p * len(items))(*[k.encode() for k, _ in items])
-            values = (ctypes.c_char_p * len(items))(*[v.encode() for _, v in items])
-            handle = self._lib.sr_open(keys, values, len(items), topic.encode(), partition, start, end,
-                                       max_record_bytes, stall_timeout_s, ctypes.byref(r))
-            if not handle:
-                raise NativeError(SR_KAFKA_ERROR, r)
+        handle = self._lib.sr_open(keys, values, len(items), topic.encode(), partition, start, end,
+                                   max_record_bytes, stall_timeout_s, ctypes.byref(r))
+        if not handle:
+            raise NativeError(SR_KAFKA_ERROR, r)
         self._handle = handle
         self._out = ctypes.create_string_buffer(ARROW_ARRAY_BYTES)
 
@@ -197,15 +165,10 @@ class SliceReader:
             struct = pa.RecordBatch._import_from_c(ctypes.addressof(self._out), self._schema)
             return code, Chunk(struct, r), bool(r.object_end)
         if code in (SR_DONE, SR_OBJECT_END):
-            self._done = code == SR_DONE
             return code, None, code == SR_OBJECT_END
         raise NativeError(code, r)
 
     def close(self) -> None:
-        """Closed, or within `reusing()` kept for the next slice if this one was read to its end."""
         if self._handle:
-            if _idle is not None and self._done and self._settings not in _idle:
-                _idle[self._settings] = self._handle
-            else:
-                self._lib.sr_close(self._handle)
+            self._lib.sr_close(self._handle)
             self._handle = None

@@ -213,28 +213,6 @@ static void set_err(sr_result *r, const char *msg) {
 
 void sr_close(sr_reader *s);
 
-/* Assign the slice's partition from `start`; its state fresh. 0, or -1 with r's error. */
-static int start_slice(sr_reader *s, const char *topic, int32_t partition, int64_t start, int64_t end,
-                       int64_t max_record_bytes, double stall_s, sr_result *r) {
-    s->topic = strdup(topic);
-    s->partition = partition;
-    s->start = start;
-    s->end = end;
-    s->max_record_bytes = max_record_bytes;
-    s->stall_s = stall_s;
-    s->next_offset = start;
-    s->tp = rd_kafka_topic_partition_list_new(1);
-    rd_kafka_topic_partition_list_add(s->tp, topic, partition)->offset = start;
-    rd_kafka_resp_err_t err = rd_kafka_assign(s->rk, s->tp);
-    if (err) {
-        r->err_code = err;
-        set_err(r, rd_kafka_err2str(err));
-        return -1;
-    }
-    s->last_progress = now_s();
-    return 0;
-}
-
 sr_reader *sr_open(const char **keys, const char **values, int n, const char *topic, int32_t partition,
                    int64_t start, int64_t end, int64_t max_record_bytes, double stall_s, sr_result *r) {
     char errstr[512];
@@ -265,32 +243,25 @@ sr_reader *sr_open(const char **keys, const char **values, int n, const char *to
     /* As confluent-kafka's Consumer: the main queue (errors, logs) is served by consume. */
     rd_kafka_poll_set_consumer(rk);
     s->queue = rd_kafka_queue_get_consumer(rk);
+    s->topic = strdup(topic);
+    s->partition = partition;
+    s->start = start;
+    s->end = end;
+    s->max_record_bytes = max_record_bytes;
+    s->stall_s = stall_s;
+    s->next_offset = start;
     s->msgs = calloc(5000, sizeof *s->msgs);
-    if (start_slice(s, topic, partition, start, end, max_record_bytes, stall_s, r)) {
+    s->tp = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(s->tp, topic, partition)->offset = start;
+    rd_kafka_resp_err_t err = rd_kafka_assign(rk, s->tp);
+    if (err) {
+        r->err_code = err;
+        set_err(r, rd_kafka_err2str(err));
         sr_close(s);
         return NULL;
     }
+    s->last_progress = now_s();
     return s;
-}
-
-static void free_slice(sr_reader *s);
-
-/* The next slice on the same consumer, its connections and threads kept: a task of a busy estate's
- * batch reads a slice of each of many partitions, and a consumer each cost the broker more than the
- * slice's records. The reader is as sr_open leaves it; the earlier slice's messages are never served
- * (sr_next skips messages of another partition). -1 (r says why): the reader is closed. */
-int sr_reopen(sr_reader *s, const char *topic, int32_t partition, int64_t start, int64_t end,
-              int64_t max_record_bytes, double stall_s, sr_result *r) {
-    memset(r, 0, sizeof *r);
-    free_slice(s);
-    rd_kafka_t *rk = s->rk;
-    rd_kafka_queue_t *queue = s->queue;
-    rd_kafka_message_t **msgs = s->msgs;
-    memset(s, 0, sizeof *s);
-    s->rk = rk;
-    s->queue = queue;
-    s->msgs = msgs;
-    return start_slice(s, topic, partition, start, end, max_record_bytes, stall_s, r);
 }
 
 static void free_msgs(sr_reader *s) {
@@ -305,11 +276,14 @@ static void free_col(varcol_t *c) {
     memset(c, 0, sizeof *c);
 }
 
-/* What one slice holds: its messages, assignment and columns (not the consumer). */
-static void free_slice(sr_reader *s) {
+void sr_close(sr_reader *s) {
+    if (!s) return;
     free_msgs(s);
-    if (s->tp) rd_kafka_topic_partition_list_destroy(s->tp);
-    s->tp = NULL;
+    if (s->queue) rd_kafka_queue_destroy(s->queue);
+    rd_kafka_consumer_close(s->rk);
+    rd_kafka_destroy(s->rk);
+    rd_kafka_topic_partition_list_destroy(s->tp);
+    free(s->msgs);
     free(s->topic);
     free(s->offsets.p);
     free(s->ts.p);
@@ -320,15 +294,6 @@ static void free_slice(sr_reader *s) {
     free_col(&s->values);
     free_col(&s->hkeys);
     free_col(&s->hvalues);
-}
-
-void sr_close(sr_reader *s) {
-    if (!s) return;
-    free_slice(s);
-    if (s->queue) rd_kafka_queue_destroy(s->queue);
-    rd_kafka_consumer_close(s->rk);
-    rd_kafka_destroy(s->rk);
-    free(s->msgs);
     free(s);
 }
 
@@ -482,12 +447,6 @@ int sr_next(sr_reader *s, int64_t object_bytes, int64_t chunk_bytes, struct Arro
     for (;;) {
         while (!s->done && s->imsg < s->nmsgs) {
             rd_kafka_message_t *m = s->msgs[s->imsg];
-            if (m->rkt && (m->partition != s->partition || strcmp(rd_kafka_topic_name(m->rkt), s->topic))) {
-                /* an earlier slice's, fetched before sr_reopen moved the consumer */
-                rd_kafka_message_destroy(m);
-                s->imsg++;
-                continue;
-            }
             if (m->err) {
                 if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
                     /* Nothing more is readable now; past our end, the offsets left were
