@@ -34,6 +34,7 @@ import time
 import uuid
 from pathlib import Path
 
+from matos_dagster.core import settings
 from matos_dagster.core.kafka import many
 from matos_dev.bench import bench_instance, dagster_dev, estate_cpu, estate_peer
 from matos_dev.bench.cpu import cpu_used
@@ -166,7 +167,9 @@ def measure(stack, tmp: Path, n_topics: int, per_topic: int, idle_s: float, stea
             out["first_backlog_s"] = round(max(committed.when(tp, ends[tp][1] - 1) for tp in tps) - t0, 1)
             say(f"first backlog archived in {out['first_backlog_s']} s")
 
-            time.sleep(2 * interval_s)  # the runs of the backlog end, the monitor's catch up
+            # The runs of the backlog end, and the monitor's and the days' evaluations of it are made: a topic
+            # that moved is evaluated again once its last evaluation is MATOS_REEVALUATE_S old.
+            time.sleep(2 * interval_s + float(settings.get("MATOS_REEVALUATE_S")))
             pids = service_pids(dev)
             c0, w0, s0 = {k: cpu_seconds(v) for k, v in pids.items()}, time.monotonic(), dev.storage.cpu_sample()
             time.sleep(idle_s)

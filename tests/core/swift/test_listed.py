@@ -35,9 +35,9 @@ def test_every_answer_from_the_listing_is_the_archives_own(swift):
         store.check()
         _every_kind(store)
         archive = PartitionArchive(store, "kafka", TOPIC, 0)
-        for start in (0, 25, 42, 45, 60, 80, 100):
+        for start in (0, 25, 42, 60, 80):
             listed = ListedPartition(store, "kafka", TOPIC, 0, start)
-            for o in range(start, 101, 5):
+            for o in range(start, 101, 10):
                 assert listed.last_before(o) == archive.last_before(o), (start, o)
                 assert list(listed.entries_from(o)) == list(archive.entries_from(o)), (start, o)
                 assert listed.overlapping(o, o + 12) == archive.overlapping(o, o + 12), (start, o)
