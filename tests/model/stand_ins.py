@@ -222,7 +222,7 @@ class FakeKafka:
 def install(monkeypatch, world: World) -> FakeKafka:
     """Route the archive's Kafka and Swift questions to `world`; the FakeKafka to pass as `kafka`."""
     from matos_dagster.core import faults
-    from matos_dagster.core.archive import batch, tasks
+    from matos_dagster.core.archive import batch, stores, tasks
     from matos_dagster.core.kafka import many
     from matos_dagster.core.swift.store import SwiftParams
 
@@ -274,7 +274,7 @@ def install(monkeypatch, world: World) -> FakeKafka:
     monkeypatch.setattr(batch, "run_tasks", run_tasks)
     monkeypatch.setattr(tasks, "archive_slice", archive_slice)
     monkeypatch.setattr(tasks, "SLICE_TRIES", 1)  # a slice that fails fails at once (no sleep)
-    monkeypatch.setattr(batch, "THREADS", 1)  # one order of Swift requests: a kill stops the rest
+    monkeypatch.setattr(stores, "THREADS", 1)  # one order of Swift requests: a kill stops the rest
 
     def at(point: str) -> None:
         if point == world.kill_at:

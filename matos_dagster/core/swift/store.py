@@ -188,7 +188,7 @@ class Store:
     @property
     def params(self) -> SwiftParams:
         """What a Spark task needs to open its own connection, with our current token once we have one."""
-        if self._conn.url and self._conn.token:
+        if getattr(self._conn, "url", None) and getattr(self._conn, "token", None):
             return dataclasses.replace(self._params, preauth=(self._conn.url, self._conn.token))
         return self._params
 
