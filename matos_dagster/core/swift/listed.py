@@ -63,13 +63,7 @@ class ListedPartition:
             reach = before.end
         yield from effective((e for e in self._entries() if e.start >= offset), reach)
 
-    def overlapping(self, start: int, end: int) -> list[Entry]:
-        out = []
-        for e in self.entries_from(start):
-            if e.start >= end:
-                break
-            out.append(e)
-        return out
+    overlapping = PartitionArchive.overlapping  # over this class's `entries_from`
 
     def _covers(self, offset: int) -> None:
         if offset < self.start:
