@@ -6,8 +6,9 @@ Per tick: the topics resolved from the topics file (names and patterns), their p
 in a few batched requests (core/kafka/many.py), then, for each topic that is due, an evaluation
 (core/days/evaluate.py: only the ranges archived since its last one are read). A topic is due when
 its log end or committed offsets moved since its last evaluation and that is `moved_after_s` old
-(MATOS_REEVALUATE_S: a busy topic's move at every tick), or when that evaluation is `rest_s` old: a quiet topic's days complete as its partitions go idle, which takes time, not
-records. Topics are evaluated stalest first within `budget_s` of a tick (Dagster gives a tick 60 s);
+(MATOS_REEVALUATE_S: a busy topic's move at every tick); when the last evaluation saw them move and
+is the topic's `idle_s` old (its partitions are idle from then on); or when that evaluation is
+`rest_s` old: a quiet topic's days complete as its partitions go idle, which takes time, not records. Topics are evaluated stalest first within `budget_s` of a tick (Dagster gives a tick 60 s);
 the rest come first at the next tick.
 
 A completed window is reported with the metadata and data version the asset's own run gives it
@@ -81,8 +82,7 @@ def days_sensor(topics: TopicSet, tick_s: int, rest_s: float = REST_S, budget_s:
                                                                for p in listing[t.name]]))
             seen = {t.name: _digest([(p, marks[(t.name, p)], committed[(t.name, p)]) for p in listing[t.name]])
                     for t in timed}
-            due = [t for t in timed if t.name not in cursor or now - cursor[t.name].get("at", 0) >= (
-                min(moved_after_s, rest_s) if cursor[t.name].get("seen") != seen[t.name] else rest_s)]
+            due = [t for t in timed if _due(cursor.get(t.name), seen[t.name], now, moved_after_s, t.idle_s, rest_s)]
             due.sort(key=lambda t: cursor.get(t.name, {}).get("at", 0))  # stalest first
             events, done, left = [], [], []
             if due:
@@ -101,6 +101,8 @@ def days_sensor(topics: TopicSet, tick_s: int, rest_s: float = REST_S, budget_s:
                         events += [e for e, _ in closed.events] + [e for e, _ in reported]
                         requested = evaluate.last_cursor([w for _, w in reported], mine.get("requested", ""))
                         kept = {"seen": seen[t.name], "at": now, "requested": requested}
+                        if mine.get("seen") != seen[t.name]:
+                            kept["settle"] = True  # a log end seen for the first time: idle only idle_s later
                         # Swift is asked for the incarnations again only when Kafka's topic id changes.
                         kept["incarnation"] = chosen_incarnation.handed_on(found, ids.get(t.name))
                         if closed.numbers:
@@ -116,6 +118,19 @@ def days_sensor(topics: TopicSet, tick_s: int, rest_s: float = REST_S, budget_s:
                             cursor=json.dumps(cursor, separators=(",", ":")))
 
     return _days
+
+
+def _due(mine: dict | None, seen: str, now: float, moved_after_s: float, idle_s: float, rest_s: float) -> bool:
+    """Whether a topic is evaluated at this tick: never evaluated; its offsets moved and its last
+    evaluation is `moved_after_s` old; the last evaluation saw them move and is `idle_s` old (its
+    partitions are idle only then, core/days/completeness.py: a day completes without a further move);
+    or that evaluation is `rest_s` old."""
+    if mine is None:
+        return True
+    age = now - mine.get("at", 0)
+    if mine.get("seen") != seen:
+        return age >= min(moved_after_s, rest_s)
+    return age >= (min(idle_s, rest_s) if mine.get("settle") else rest_s)
 
 
 @dataclass

@@ -4,6 +4,7 @@ producer clock in the future; an idle partition holds back nothing; the summary 
 a day reads it straight from the ranges the day names, and automation runs it when the day
 changes."""
 
+import json
 import time
 import uuid
 from types import SimpleNamespace
@@ -254,3 +255,23 @@ def test_a_busy_topics_days_are_evaluated_again_once_its_last_evaluation_is_move
     assert days.evaluate() == []  # moved, but evaluated 30 s ago: held
     clock.s += 90
     assert [d for d, _ in days.evaluate()] == [key(D1)]
+
+
+def test_a_topic_gone_quiet_is_evaluated_again_once_idle_s_after_its_last_move_then_only_at_rest_s(
+        kafka, swift, spark, new_topic):
+    """A partition is idle once its log end has not moved for idle_s since an evaluation saw it: the
+    evaluation after the last move is followed by one idle_s later, which completes the days, not by
+    one rest_s later."""
+    days = Days(kafka, swift, spark, new_topic(partitions=1), idle_s=60)
+    clock = SimpleNamespace(s=time.time())
+    days.sensor = days_sensor(TopicSet([days.topic]), 30, rest_s=3600, moved_after_s=120, clock=lambda: clock.s)
+    days.produce(0, D1 + H)
+    days.archive()
+    assert days.evaluate() == []  # the log end seen for the first time: not idle yet
+    clock.s += 30
+    assert days.evaluate() == [] and json.loads(days.cursor)[days.name]["at"] == clock.s - 30  # not idle_s yet
+    clock.s += 30
+    assert [d for d, _ in days.evaluate()] == [key(D1), key(D2), key(D3)]  # idle: every day up to today complete
+    clock.s += 120
+    days.evaluate()
+    assert json.loads(days.cursor)[days.name]["at"] == clock.s - 120  # settled: next at rest_s
