@@ -31,6 +31,10 @@ from matos_dagster.core.swift.archived import PartitionArchive
 from matos_dagster.core.swift.store import Store
 from matos_dagster.core.topics import TopicConfig
 
+# A busy partition's mark (marks.py) is rewritten this often, not at every verdict: its Known moves at
+# each one, and the mark only spares a fresh instance part of a listing. A partition come to rest (its
+# Known as the last verdict's) has its mark brought up to date at once.
+MARK_EVERY_S = 600.0
 CARRIED = "carried: nothing moved"  # `started_from` of a partition judged without Swift
 DAYS = ("late_records", "future_timestamps", "untimed_records")  # the topic's days (core/days/)
 
@@ -62,6 +66,8 @@ class Previous:
     days: dict[str, int] | None = None
     missing: bool = False  # the topic was not in Kafka
     stopped: frozenset[int] = frozenset()  # partitions the lag sensor had stopped requesting
+    marked_at: dict[int, float] = field(default_factory=dict)  # when this instance last wrote each mark
+    unmarked: frozenset[int] = frozenset()  # partitions whose mark is behind their Known
     raw: dict[str, Any] = field(default_factory=dict)  # its `samples` and `archive_state`, as found
 
     @classmethod
@@ -84,6 +90,8 @@ class Previous:
         out.oldest = {int(p): ts for p, ts in (state.get("oldest_ms") or {}).items()}
         out.settled = frozenset(int(p) for p in state.get("settled") or ())
         out.stopped = frozenset(int(p) for p in state.get("stopped") or ())
+        out.marked_at = {int(p): float(t) for p, t in (state.get("marked_at") or {}).items()}
+        out.unmarked = frozenset(int(p) for p in state.get("unmarked") or ())
         out.listed = bool(state.get("listed", True))
         if all(isinstance(meta.get(k), int) for k in DAYS):
             out.days = {k: meta[k] for k in DAYS}
@@ -159,7 +167,11 @@ def judge(topic: TopicConfig, offsets: Mapping[int, Offsets], oldest: Mapping[in
     `stopped`: the partitions the lag sensor no longer requests ranges of, and why."""
     stopped = stopped or {}
     carry = carried(previous, offsets, where)
-    known = previous.known if previous.where == where else {}
+    same = previous.where == where
+    known = previous.known if same else {}
+    marked_at = {p: t for p, t in previous.marked_at.items() if p in offsets} if same else {}
+    behind_before = previous.unmarked if same else frozenset()
+    unmarked = []
     listed = [p for p in sorted(offsets) if p not in carry]
     entries: dict[int, list] = {}
     given: dict[int, Known | None] = {}
@@ -190,8 +202,14 @@ def judge(topic: TopicConfig, offsets: Mapping[int, Offsets], oldest: Mapping[in
         samples[str(p)] = [[s.t, s.committed, s.lag] for s in (history + [r.sample(now)])[-(monitor.WINDOW - 1):]]
         if _settled(r):
             settled.append(p)
-        if p in entries and r.known is not None and r.known != (marked.get(p) or known.get(p)):
-            marks.write_mark(store(), prefix, topic.name, p, r.known)  # when it moves only
+        behind = r.known is not None and (p in behind_before or p in entries and r.known != (marked.get(p)
+                                                                                        or known.get(p)))
+        if behind:  # the mark is written when it moves only, and a busy one every MARK_EVERY_S
+            if p not in marked_at or now - marked_at[p] >= MARK_EVERY_S or r.known == known.get(p):
+                marks.write_mark(store(), prefix, topic.name, p, r.known)
+                marked_at[p] = round(now, 3)
+            else:
+                unmarked.append(p)
     days = None
     if topic.time_window != "none":
         # The days' state is written by the days sensor after the archive moved: read again while
@@ -207,6 +225,8 @@ def judge(topic: TopicConfig, offsets: Mapping[int, Offsets], oldest: Mapping[in
         "settled": settled,
         "listed": bool(listed),
         "stopped": sorted(p for p in stopped if p in offsets),
+        "marked_at": {str(p): t for p, t in sorted(marked_at.items())},
+        "unmarked": unmarked,
     }
     return Verdict(topic, reports, started, listings, days, samples, state)
 

@@ -1,5 +1,7 @@
 """What a topic's verdict takes from the last one, and what it asks Swift for: a table of situations."""
 
+from types import SimpleNamespace
+
 import pytest
 
 from matos_dagster.core.monitor import report, verdict
@@ -117,3 +119,41 @@ def test_a_named_topic_gone_from_kafka_hands_on_what_its_last_verdict_knew():
     assert gone.status == "WARN" and gone.missing and gone.samples == meta["samples"]
     back = Previous.parse(NOW, {"samples": gone.samples, "archive_state": gone.state})
     assert back.missing and back.known == {0: Known(0, 100, 10, 100)} and back.settled == {0}
+
+
+class TenOffsetRanges:
+    """A partition's archive as PartitionArchive answers it: ranges of 10 offsets up to `end`."""
+    end = 100
+
+    def __init__(self, *_):
+        pass
+
+    def entries_from(self, offset):
+        return [Entry(o, o + 10, RANGE) for o in range(offset, TenOffsetRanges.end, 10)]
+
+    def all(self):
+        return self.entries_from(0)
+
+
+def test_a_busy_partitions_mark_is_written_every_mark_every_s_and_at_once_when_it_comes_to_rest(monkeypatch):
+    """The mark spares a fresh instance part of a listing: a partition archived at every verdict has it
+    rewritten every MARK_EVERY_S, not at each verdict; one come to rest has it brought up to date."""
+    written = []
+    monkeypatch.setattr(verdict, "PartitionArchive", TenOffsetRanges)
+    monkeypatch.setattr(verdict.marks, "write_mark", lambda store, prefix, topic, p, known: written.append(
+        known.sound_to))
+    store = SimpleNamespace(listings=0)
+    p = previous({0: Offsets(0, 100, 100)})
+
+    def verdict_at(t: float, end: int) -> list[int]:
+        nonlocal p
+        TenOffsetRanges.end, before = end, len(written)
+        v = verdict.judge(T, {0: Offsets(0, end, end)}, {}, p, WHERE, "kafka", lambda: store, t)
+        p = Previous.parse(t, {"samples": v.samples, "archive_state": v.state})
+        return written[before:]
+
+    assert verdict_at(NOW, 110) == [110]  # no mark written by this instance yet
+    assert verdict_at(NOW + 120, 120) == [] and verdict_at(NOW + 240, 130) == []  # busy: the mark 4 min old
+    assert verdict_at(NOW + 360, 130) == [130]  # at rest: up to date at once
+    assert verdict_at(NOW + 480, 140) == [] and verdict_at(NOW + 360 + verdict.MARK_EVERY_S, 150) == [150]
+    assert verdict_at(NOW + 1200, 150) == []  # at rest, and the mark up to date
