@@ -8,7 +8,11 @@ in a few batched requests (core/kafka/many.py), then, for each topic that is due
 its log end or committed offsets moved since its last evaluation and that is `moved_after_s` old
 (MATOS_REEVALUATE_S: a busy topic's move at every tick); when the last evaluation saw them move and
 is the topic's `idle_s` old (its partitions are idle from then on); or when that evaluation is
-`rest_s` old: a quiet topic's days complete as its partitions go idle, which takes time, not records. Topics are evaluated stalest first within `budget_s` of a tick (Dagster gives a tick 60 s);
+`rest_s` old: a quiet topic's days complete as its partitions go idle, which takes time, not records.
+Until its first open window can complete (its end, less the future margin, plus the lateness:
+completeness.next_completion_ms), a topic waits for `rest_s` whatever moved: in the middle of a day
+an evaluation only adds to the open day, and several ticks' ranges cost one (late records of
+complete days are reported that much later). Topics are evaluated stalest first within `budget_s` of a tick (Dagster gives a tick 60 s);
 the rest come first at the next tick.
 
 A completed window is reported with the metadata and data version the asset's own run gives it
@@ -96,13 +100,15 @@ def days_sensor(topics: TopicSet, tick_s: int, rest_s: float = REST_S, budget_s:
                         found, prefix = chosen_incarnation.kafkas(lambda: store, layout.join(store.params.prefix, t.prefix),
                                                                   t.name, ids.get(t.name), mine.get("incarnation"))
                         closed = _close(t, store, found.number, mine.get("closed", []), now, names)
-                        reported = _evaluate(t, store, prefix, kafka, marks, listing, mine.get("requested", ""), now,
-                                             names)
+                        reported, wake = _evaluate(t, store, prefix, kafka, marks, listing, mine.get("requested", ""),
+                                                   now, names)
                         events += [e for e, _ in closed.events] + [e for e, _ in reported]
                         requested = evaluate.last_cursor([w for _, w in reported], mine.get("requested", ""))
                         kept = {"seen": seen[t.name], "at": now, "requested": requested}
                         if mine.get("seen") != seen[t.name]:
                             kept["settle"] = True  # a log end seen for the first time: idle only idle_s later
+                        if wake is not None and wake > now:
+                            kept["wake"] = wake  # no window completes before then
                         # Swift is asked for the incarnations again only when Kafka's topic id changes.
                         kept["incarnation"] = chosen_incarnation.handed_on(found, ids.get(t.name))
                         if closed.numbers:
@@ -128,6 +134,8 @@ def _due(mine: dict | None, seen: str, now: float, moved_after_s: float, idle_s:
     if mine is None:
         return True
     age = now - mine.get("at", 0)
+    if mine.get("wake", 0) > now:  # no window can complete before then: late records wait for rest_s
+        return age >= rest_s
     if mine.get("seen") != seen:
         return age >= min(moved_after_s, rest_s)
     return age >= (min(idle_s, rest_s) if mine.get("settle") else rest_s)
@@ -170,21 +178,22 @@ def _materialisation(topic, key: str, doc: dict, names: Names) -> AssetMateriali
 
 
 def _evaluate(topic, store, prefix: str, kafka, marks, listing, requested: str,
-              now: float, names: Names) -> list[tuple[AssetMaterialization, evaluate.Window]]:
-    """The topic's windows completed (or late) since its cursor, each as its materialisation. `prefix`:
-    the incarnation whose log Kafka holds (its offsets are Kafka's)."""
+              now: float, names: Names) -> tuple[list[tuple[AssetMaterialization, evaluate.Window]], float | None]:
+    """The topic's windows completed (or late) since its cursor, each as its materialisation, and the
+    time (s) before which no window can complete (None: any). `prefix`: the incarnation whose log Kafka
+    holds (its offsets are Kafka's)."""
     parts = listing[topic.name]
-    windows = evaluate.evaluate(store, prefix, topic.name, rules(topic), {p: marks[(topic.name, p)][1] for p in parts},
+    done = evaluate.evaluated(store, prefix, topic.name, rules(topic), {p: marks[(topic.name, p)][1] for p in parts},
                                 int(now * 1000), log_starts={p: marks[(topic.name, p)][0] for p in parts},
                                 committed=lambda ps: kafka.committed(topic.name, ps, topic.group), requested=requested)
     out = []
-    for w in windows:
+    for w in done.windows:
         try:
             doc = window_record(store, prefix, topic.name, w.key)
         except WindowNotComplete:  # made anew since (a rebuilt state): the next evaluation says it again
             continue
         out.append((_materialisation(topic, w.key, doc, names), w))
-    return out
+    return out, None if done.next_completion_ms is None else done.next_completion_ms / 1000
 
 
 def _digest(parts: list) -> str:

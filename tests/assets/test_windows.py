@@ -275,3 +275,28 @@ def test_a_topic_gone_quiet_is_evaluated_again_once_idle_s_after_its_last_move_t
     clock.s += 120
     days.evaluate()
     assert json.loads(days.cursor)[days.name]["at"] == clock.s - 120  # settled: next at rest_s
+
+
+def test_a_busy_topic_in_the_middle_of_its_day_is_evaluated_every_rest_s_until_its_day_can_end(
+        kafka, swift, spark, new_topic):
+    """No window can complete before its end less the future margin (completeness.next_completion_ms):
+    until then a busy topic's days are evaluated every rest_s (late records wait that long), not at
+    every move, and from then on again once its last evaluation is moved_after_s old."""
+    # The sensor's clock is noon whatever the time: Kafka 4 refuses a record stamped over an hour ahead unless allowed.
+    days = Days(kafka, swift, spark, new_topic(partitions=1, **{"message.timestamp.after.max.ms": str(2**62)}))
+    clock = SimpleNamespace(s=(TODAY + 12 * H) / 1000)
+    days.sensor = days_sensor(TopicSet([days.topic]), 30, rest_s=300, moved_after_s=120, clock=lambda: clock.s)
+
+    def moved_and_evaluated(after_s: float) -> bool:
+        days.produce(0, int(clock.s * 1000))
+        days.archive()
+        clock.s += after_s
+        days.evaluate()
+        return json.loads(days.cursor)[days.name]["at"] == clock.s
+
+    assert moved_and_evaluated(0)  # the first evaluation: today is open
+    wake = (TODAY + windows.DAY_MS - days.topic.future_margin_s * 1000) / 1000
+    assert json.loads(days.cursor)[days.name]["wake"] == wake
+    assert not moved_and_evaluated(130) and moved_and_evaluated(170)  # every rest_s (300 s)
+    clock.s = wake
+    assert moved_and_evaluated(0) and moved_and_evaluated(130)  # today can end: every moved_after_s (120 s)

@@ -154,6 +154,17 @@ class Update:
     late: bool  # parts hold only what changed in a window already complete (late records, losses)
 
 
+def next_completion_ms(state: TopicTime, rules: Rules) -> int | None:
+    """The earliest time (ms) at which an evaluation can complete a window of the topic; None: no window
+    begun yet. The first window not complete ends at E; a partition's watermark reaches E no sooner
+    than `now + future_margin_ms - allowed_lateness_ms` (a timestamp counts as now plus the margin at
+    most, whenever it was read) or, idle, `now - allowed_lateness_ms`."""
+    since = state.complete_to if state.complete_to is not None else state.first_window
+    if since is None:
+        return None
+    return max(since, rules.first_ms) + rules.length_ms + rules.allowed_lateness_ms - rules.future_margin_ms
+
+
 def partition_watermark(p: PartitionTime, log_start: int, log_end: int, now_ms: int, rules: Rules) -> int | None:
     """The partition's watermark, None while it has none (nothing archived, not idle). A partition not
     begun is at its log end when its log is empty (nothing to archive)."""

@@ -43,6 +43,7 @@ from matos_dagster.core.days.completeness import (
     TopicTime,
     Update,
     advance,
+    next_completion_ms,
 )
 from matos_dagster.core.records.objects import decode, row_sizes
 from matos_dagster.core.swift import layout
@@ -124,13 +125,29 @@ def summary(doc: dict) -> dict[int, dict]:
     return out
 
 
+@dataclass(frozen=True)
+class Evaluated:
+    windows: list[Window]  # written and not yet requested, oldest first
+    # No window can complete before this time (ms, completeness.next_completion_ms); None: any time
+    # (no window begun, or this evaluation left ranges unread).
+    next_completion_ms: int | None
+
+
 def evaluate(store: Store, prefix: str, topic: str, rules: Rules, log_ends: dict[int, int], now_ms: int,
              log_starts: dict[int, int] | None = None,
              committed: Callable[[list[int]], dict[int, int | None]] | None = None,
              requested: str | None = None) -> list[Window]:
+    """`evaluated`'s windows."""
+    return evaluated(store, prefix, topic, rules, log_ends, now_ms, log_starts, committed, requested).windows
+
+
+def evaluated(store: Store, prefix: str, topic: str, rules: Rules, log_ends: dict[int, int], now_ms: int,
+              log_starts: dict[int, int] | None = None,
+              committed: Callable[[list[int]], dict[int, int | None]] | None = None,
+              requested: str | None = None) -> Evaluated:
     """Read the ranges archived since the last evaluation, advance, write the windows to
     (re)materialise, the open windows and the state; returns the windows written and not yet
-    requested, oldest first.
+    requested, oldest first, and when a window can complete next.
 
     `log_starts`: each partition's log start offset, `committed`: the archiver group's committed
     offsets (asked only when a partition's first entry lies above its log start): a partition
@@ -145,6 +162,7 @@ def evaluate(store: Store, prefix: str, topic: str, rules: Rules, log_ends: dict
     # Every partition's log end seen, and the windows complete already, before reading can fill the budget.
     run.apply({}, log_ends, starts)
     share = max(1, MAX_READS // max(1, len(log_ends)))
+    short = False  # ranges left unread: the next evaluation may complete a window at once
     for p, archive in archives.items():
         t = run.state.partitions.get(p)
         at = t.next_offset if t is not None and t.next_offset is not None else begins.get(p)
@@ -157,8 +175,9 @@ def evaluate(store: Store, prefix: str, topic: str, rules: Rules, log_ends: dict
                 break
             read += len(batch)
             run.apply({p: batch}, log_ends, starts)
+        short = short or read >= share or run.full()
     run.save()
-    return run.windows()
+    return Evaluated(run.windows(), None if short else next_completion_ms(run.state, rules))
 
 
 class _Evaluation:

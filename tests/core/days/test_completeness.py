@@ -4,6 +4,7 @@ Times are in hours from a Monday 00:00 UTC; every range is given with its hour b
 archive run's manifest will carry them.
 """
 
+import copy
 from dataclasses import replace
 
 import numpy as np
@@ -11,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from matos_dagster.core.days import buckets, windows
-from matos_dagster.core.days.completeness import ArchivedRange, Rules, TopicTime, advance
+from matos_dagster.core.days.completeness import ArchivedRange, Rules, TopicTime, advance, next_completion_ms
 
 H = windows.HOUR_MS
 D = windows.DAY_MS
@@ -175,3 +176,22 @@ def test_window_keys_are_dagsters_partition_keys_and_parse_back(grain, key):
     assert windows.key(start, length) == key and windows.parse(key, length) == (start, start + length)
     with pytest.raises(ValueError, match="is not a window of this topic"):
         windows.parse("Tuesday", length)
+
+
+@pytest.mark.parametrize("rules", [DAYS, replace(DAYS, allowed_lateness_ms=0, future_margin_ms=2 * H),
+                                   replace(DAYS, future_margin_ms=0)])
+def test_no_window_completes_before_next_completion_ms_whatever_is_archived_then(rules):
+    """The days sensor leaves a busy topic alone until then (but for late records, every rest_s): a record
+    stamped far ahead counts as now plus the margin at most, an idle partition as now, less the lateness."""
+    state, _ = advance(TopicTime(), {0: [rng(0, 1, 1)]}, {0: 1}, at(2), rules)
+    first = next_completion_ms(state, rules)
+    assert first == at(24) + rules.allowed_lateness_ms - rules.future_margin_ms  # Monday's end, lateness, margin
+    year_2200 = 24 * 365 * 174
+    for now, complete in ((first - 1, []), (first, ["2026-11-23"])):
+        _, done = advance(copy.deepcopy(state), {0: [rng(1, 2, year_2200)]}, {0: 2}, now, rules)
+        assert keys(done) == complete
+        _, idle = advance(copy.deepcopy(state), {}, {0: 1}, now - 1, rules)  # idle since Monday 02:00
+        assert keys(idle) == []
+    done_state, _ = advance(copy.deepcopy(state), {0: [rng(1, 2, year_2200)]}, {0: 2}, first, rules)
+    assert next_completion_ms(done_state, rules) == first + D  # Tuesday's turn
+    assert next_completion_ms(TopicTime(), rules) is None  # nothing read: any evaluation may begin a window
