@@ -147,7 +147,7 @@ def measure(stack, tmp: Path, n_topics: int, per_topic: int, idle_s: float, stea
     spark = SparkConnectServer(tmp / "spark", port=free_port())
     spark.start()
     container = f"bench-estate-{run}"
-    settings = dagster_dev.stack_settings(stack, container, spark.url, interval_s)
+    env = dagster_dev.stack_settings(stack, container, spark.url, interval_s)
     pattern = f"estate-{run}-.*"
     topics_yaml = f'topics:\n  - pattern: "{pattern}"\n'
     out: dict = {"partitions": len(tps), "topics": len(topics), "per_topic": per_topic, "instance": instance,
@@ -155,7 +155,7 @@ def measure(stack, tmp: Path, n_topics: int, per_topic: int, idle_s: float, stea
     archive_cpu = estate_peer.ArchiveCpu(stack, spark.status()["pid"])
     budget = estate_cpu.Budget(estate_cpu.servers(stack, spark))  # CPU per range of the steady part, by phase
     try:
-        with budget, dagster_dev.running(tmp, topics_yaml, {**settings, **budget.env}, instance=instance) as dev, \
+        with budget, dagster_dev.running(tmp, topics_yaml, {**env, **budget.env}, instance=instance) as dev, \
                 Committed(kafka, "matos-archiver", tps) as committed:
             t0 = time.time()
             ends = many.watermarks(kafka, tps)
@@ -169,7 +169,7 @@ def measure(stack, tmp: Path, n_topics: int, per_topic: int, idle_s: float, stea
 
             # The runs of the backlog end, and the monitor's and the days' evaluations of it are made: a topic
             # that moved is evaluated again once its last evaluation is MATOS_REEVALUATE_S old.
-            time.sleep(2 * interval_s + float(settings.get("MATOS_REEVALUATE_S")))
+            time.sleep(2 * interval_s + float(env.get("MATOS_REEVALUATE_S") or settings.get("MATOS_REEVALUATE_S")))
             pids = service_pids(dev)
             c0, w0, s0 = {k: cpu_seconds(v) for k, v in pids.items()}, time.monotonic(), dev.storage.cpu_sample()
             time.sleep(idle_s)

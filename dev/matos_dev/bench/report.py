@@ -236,8 +236,10 @@ def targets(results: dict) -> list[dict]:
                                    mem[n]["task_over_object_bytes"], lambda v: v <= 3.0, "×"))
     sensor = results.get("sensor")
     if sensor:
-        out.append(_target(f"sensor tick median < 1 s ({sensor['partitions']} partitions, {sensor['keys']:,} keys)",
-                           {"median": sensor["median_s"], "min": None, "max": None}, lambda v: v < 1.0, " s"))
+        half = sensor["timeout_s"] / 2
+        out.append(_target(f"lag sensor tick, {sensor['partitions']:,} partitions, slowest ≤ {half:g} s (half of "
+                           "Dagster's sensor timeout)", {"median": sensor["max_s"], "min": None, "max": None},
+                           lambda v: v <= half, " s"))
     lat = results.get("latency")
     if lat and lat.get("median_s") is not None:
         out.append(_target("latency median < 60 s", {"median": lat["median_s"]}, lambda v: v < 60, " s"))
@@ -385,10 +387,11 @@ def markdown(results: dict) -> str:
                 lines.append(f"| {n} | {_cell(k['task_mib'])} | {_cell(k['task_over_object_bytes'])} |")
     sensor = results.get("sensor")
     if sensor:
-        lines += ["", f"Lag sensor tick, {sensor['partitions']} partitions, {sensor['keys']:,} range keys in the "
-                  f"instance: first tick (200 ranges requested) {sensor['first_s']:.2f} s; "
-                  f"every range in flight {_cell(stats(sensor['in_flight_s']))} s; "
-                  f"below the batch policy {_cell(stats(sensor['below_policy_s']))} s."]
+        lines += ["", f"Lag sensor tick over an estate of {sensor['partitions']:,} partitions ({sensor['topics']} "
+                  f"topics, one pattern): first tick ({sensor['partitions']:,} ranges requested) "
+                  f"{sensor['first_s']:.2f} s ({sensor['first_cpu_s']:.2f} s of the sensor's CPU); the next ticks, "
+                  f"every range requested and held {_cell(stats(sensor['again_s']))} s; below the batch policy "
+                  f"{_cell(stats(sensor['below_policy_s']))} s."]
     lat = results.get("latency")
     if lat and lat.get("median_s") is not None:
         lines += ["", f"Latency record → manifest in Swift (`dagster dev`, sensor every {lat['sensor_interval_s']} s, "
