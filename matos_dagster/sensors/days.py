@@ -12,8 +12,8 @@ is the topic's `idle_s` old (its partitions are idle from then on); or when that
 Until its first open window can complete (its end, less the future margin, plus the lateness:
 completeness.next_completion_ms), a topic waits for `rest_s` whatever moved: in the middle of a day
 an evaluation only adds to the open day, and several ticks' ranges cost one (late records of
-complete days are reported that much later). Topics are evaluated stalest first within `budget_s` of a tick (Dagster gives a tick 60 s);
-the rest come first at the next tick.
+complete days are reported that much later). Topics are evaluated stalest first within `budget_s`
+of a tick (Dagster gives a tick 60 s); the rest come first at the next tick.
 
 A completed window is reported with the metadata and data version the asset's own run gives it
 (`assets/windows.py`'s `window_result`), so what depends on the day (automation) sees a new
@@ -184,8 +184,8 @@ def _evaluate(topic, store, prefix: str, kafka, marks, listing, requested: str,
     holds (its offsets are Kafka's)."""
     parts = listing[topic.name]
     done = evaluate.evaluated(store, prefix, topic.name, rules(topic), {p: marks[(topic.name, p)][1] for p in parts},
-                                int(now * 1000), log_starts={p: marks[(topic.name, p)][0] for p in parts},
-                                committed=lambda ps: kafka.committed(topic.name, ps, topic.group), requested=requested)
+                              int(now * 1000), log_starts={p: marks[(topic.name, p)][0] for p in parts},
+                              committed=lambda ps: kafka.committed(topic.name, ps, topic.group), requested=requested)
     out = []
     for w in done.windows:
         try:
