@@ -185,7 +185,8 @@ class KafkaArchive(Component, Resolvable):
         name: The archive's name, from which every Dagster name is derived (`archive_definitions`);
             unset, the component's folder name. Two archives in one project need two names.
         group: The asset group of the archive assets.
-        sensor_interval_s: Seconds between two ticks of the lag, monitor and days sensors.
+        sensor_interval_s: Seconds between two ticks of the lag, monitor and days sensors; the
+            lag sensor ticks every 10 s (at most this) while a range it requested is in flight.
         monitor_interval_s: The oldest a topic's monitor verdict may be, in seconds.
         retention_cron: When the `retention` job prunes old partition keys and runs.
         compact_cron: When the `compact` job merges small archived ranges into large ones.
@@ -204,7 +205,9 @@ class KafkaArchive(Component, Resolvable):
         "The archive's name, from which every Dagster name is derived; unset, the component's folder name. "
         "Two archives in one project need two names.")] = None
     group: Annotated[str, _about("The asset group of the archive assets.")] = "archive"
-    sensor_interval_s: Annotated[int, _about("Seconds between two ticks of the lag, monitor and days sensors.")] = 30
+    sensor_interval_s: Annotated[int, _about(
+        "Seconds between two ticks of the lag, monitor and days sensors; the lag sensor ticks every 10 s (at most "
+        "this) while a range it requested is in flight.")] = 30
     monitor_interval_s: Annotated[int, _about("The oldest a topic's monitor verdict may be, in seconds.")] = 300
     retention_cron: Annotated[str, _about("When the `retention` job prunes old partition keys and runs.")] = \
         "7 * * * *"

@@ -38,7 +38,7 @@ from matos_dagster.jobs.verify import verify_job
 from matos_dagster.names import Names
 from matos_dagster.resources import KafkaResource, SparkResource, SwiftResource
 from matos_dagster.sensors.days import days_sensor
-from matos_dagster.sensors.lag import lag_sensor
+from matos_dagster.sensors.lag import BUSY_INTERVAL_S, lag_sensor
 from matos_dagster.sensors.monitor import monitor_sensor
 
 log = logging.getLogger(__name__)
@@ -106,7 +106,8 @@ def archive_definitions(
         spark: Where the archive's Spark tasks run (a Spark Connect server, or a master).
         name: The archive's name, from which every Dagster name is derived (letters, digits, `_`).
         group: The asset group of the archive assets.
-        sensor_interval_s: Seconds between two ticks of the lag, monitor and days sensors.
+        sensor_interval_s: Seconds between two ticks of the lag, monitor and days sensors; the
+            lag sensor ticks every 10 s (at most this) while a range it requested is in flight.
         monitor_interval_s: The oldest a topic's monitor verdict may be, in seconds.
         retention_cron: When the `retention` job prunes old partition keys and runs.
         compact_cron: When the `compact` job merges small archived ranges into large ones.
@@ -160,7 +161,7 @@ def archive_definitions(
               backfill_job(topic_set, add_ranges, asset_graph, names), acknowledge_loss_job(topic_set, names),
               restore_job(listed, names), verify_job(topic_set, names), retention, compact,
               iceberg_job(topic_set, names), monitor_job(checks, names), forget_job(topic_set, names), expire],
-        sensors=[lag_sensor(topic_set, sensor_interval_s, names=names),
+        sensors=[lag_sensor(topic_set, sensor_interval_s, names=names, busy_interval_s=BUSY_INTERVAL_S),
                  monitor_sensor(topic_set, monitor_interval_s, sensor_interval_s, names=names)]
         # A pattern may match a topic with days at any tick: the sensor then reports its windows.
         + ([days_sensor(topic_set, sensor_interval_s, names=names), windows_automation(sensor_interval_s, names)]

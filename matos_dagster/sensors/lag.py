@@ -10,6 +10,9 @@ tick. The cursor holds a number per partition at rest (core/runs/estate.py), and
 Kafka topic id: a topic deleted and created again (another id, one DescribeTopics a tick for all)
 is said once, its partitions start again from the new log's start, and its runs carry the id they
 were requested for (a run finding another id refuses the range, core/archive/batch.py).
+
+The project's sensor ticks every BUSY_INTERVAL_S and does all that every interval and at the first
+tick after a run of its ranges ended; its other ticks skip (`_no_look`).
 """
 
 from __future__ import annotations
@@ -44,26 +47,41 @@ from matos_dagster.names import DEFAULT, Names
 from matos_dagster.turns import BATCH_TAG, batch_ranges, going_elsewhere
 
 NAME = stopped.LAG
+# The lag sensor of the project's definitions ticks this often; it asks Kafka every interval, and
+# also at the first tick after a run of its ranges ends: the next batch then follows a run's end
+# within seconds, not up to a whole interval later (in a busy estate that wait is part of every
+# record's latency). Its other ticks cost one query of the runs in flight, or nothing at rest.
+BUSY_INTERVAL_S = 10
 _FAILED = {DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
 _SUCCEEDED = {DagsterRunStatus.SUCCESS}
 
 
-def lag_sensor(topics, interval_s: int, name: str = NAME, names: Names = DEFAULT) -> SensorDefinition:
-    """`topics`: the TopicSet (named topics and patterns) to watch; `names`: of the archive."""
+def lag_sensor(topics, interval_s: int, name: str = NAME, names: Names = DEFAULT,
+               busy_interval_s: int | None = None, clock=time.time) -> SensorDefinition:
+    """`topics`: the TopicSet (named topics and patterns) to watch; `names`: of the archive;
+    `busy_interval_s`: a tick this often, asking Kafka every `interval_s` and when a run of its
+    ranges ended (BUSY_INTERVAL_S; None: a tick asking Kafka every `interval_s`)."""
+    every = min(busy_interval_s or interval_s, interval_s)
+    # Half a tick of slack: the daemon's tick about `interval_s` after a look asks, not the one after it.
+    look_s = interval_s - every / 2 if every < interval_s else 0.0
 
     @sensor(
         name=names.of(name),
         job_name=names.of(JOB),
-        minimum_interval_seconds=interval_s,
+        minimum_interval_seconds=every,
         default_status=DefaultSensorStatus.RUNNING,
         description="Requests the next offset range of every partition with new records, of every topic of "
                     f"the topics file (names and patterns), as one run of {names.of(JOB)}.",
         required_resource_keys=names.keys("kafka"),
     )
     def _lag(context: SensorEvaluationContext, **_resources):  # a direct call passes them too
+        states = estate.read_cursor(context.cursor)
+        now = clock()
+        why = _no_look(context, states, now - (estate.read_look(context.cursor) or 0.0), look_s)
+        if why:
+            return SkipReason(why)
         kafka = names.resource(context, "kafka")
         instance = context.instance
-        states = estate.read_cursor(context.cursor)
         # First, fail the runs whose heartbeat stopped (dead_runs.py): their ranges are then FAILED
         # below and requested again in this tick, instead of in flight until max runtime.
         fail_dead_runs(instance, None, heartbeat.Thresholds.from_settings(), context.log)
@@ -141,7 +159,9 @@ def lag_sensor(topics, interval_s: int, name: str = NAME, names: Names = DEFAULT
                    f"{len(requests)} run(s)" + (f"; missing from Kafka: {', '.join(resolved.missing)}"
                                                 if resolved.missing else ""))
         context.log.info(summary + (": " + "; ".join(reasons[:200]) if reasons else ""))
-        cursor = estate.write_cursor(kept, {tp: marks[tp][0] for tp in tps}, known)
+        # A topic being created again is looked at in the next tick, whenever this one was.
+        cursor = estate.write_cursor(kept, {tp: marks[tp][0] for tp in tps}, known,
+                                     look=now if look_s and not waiting else None)
         gave_up = tick.gave_up(kept)
         if gave_up or any(s.stopped for s in states.values()):  # the monitor reports them (stopped.py)
             stopped.record(instance, names.of(name), gave_up)
@@ -154,6 +174,21 @@ def lag_sensor(topics, interval_s: int, name: str = NAME, names: Names = DEFAULT
         )
 
     return _lag
+
+
+def _no_look(context: SensorEvaluationContext, states: dict, since_s: float, look_s: float) -> str | None:
+    """Why the tick need not ask Kafka: the last look is less than `look_s` old (0: always ask) and no
+    run of a range in flight has ended since (one query of their runs; none at rest)."""
+    if since_s >= look_s:
+        return None
+    flying = estate.watched(states)
+    if not flying:
+        return f"at rest: nothing in flight; Kafka was asked {since_s:.0f} s ago, again at {look_s:.0f} s"
+    runs, _ = _range_states(context, flying)
+    if any(status != IN_FLIGHT for status in runs.values()):
+        return None
+    return (f"{len(flying)} range(s) in flight, no run of them ended; Kafka was asked {since_s:.0f} s ago, "
+            f"again at {look_s:.0f} s")
 
 
 def _range_states(context: SensorEvaluationContext,

@@ -22,7 +22,8 @@ from matos_dagster.core.offsets.ranges import OffsetRange, parse_key
 from matos_dagster.core.runs.policy import VANISHED_AFTER_MS
 from matos_dagster.core.topic_set import TopicSet
 from matos_dagster.core.topics import TopicConfig
-from matos_dagster.sensors.lag import lag_sensor
+from matos_dagster.sensors import lag as lag_module
+from matos_dagster.sensors.lag import BUSY_INTERVAL_S, lag_sensor
 from matos_dagster.turns import BATCH_OP
 
 
@@ -309,3 +310,45 @@ def test_a_batch_run_launched_by_hand_holds_the_sensor_back_in_its_partitions(ka
     create_run_for_test(instance, status=DagsterRunStatus.STARTED, tags={BATCH_TAG: "true"},
                         run_config=ranges_config([OffsetRange(name, 1, 0, 150)]))
     assert [r for r, _ in requested(sensor.tick())] == [OffsetRange(name, 0, 0, 150)]
+
+
+def test_the_projects_sensor_asks_kafka_every_30_s_and_at_the_first_10_s_tick_after_a_run_of_its_ranges_ended(
+        kafka, instance, new_topic, monkeypatch):
+    """A run's end is followed by the next range within a tick (BUSY_INTERVAL_S, 10 s), not up to a
+    whole interval later; the ticks between cost a query of the runs in flight, or nothing at rest."""
+    name = new_topic()
+    cfg, now = topic_config(name), [1000.0]
+    sensor = Sensor(cfg, kafka, instance)
+    sensor.definition = lag_sensor(TopicSet([cfg]), 30, busy_interval_s=BUSY_INTERVAL_S, clock=lambda: now[0])
+    assert sensor.definition.minimum_interval_seconds == BUSY_INTERVAL_S == 10
+    looks, watermarks = [], lag_module.many.watermarks
+
+    def looked(*args):  # the tick's request to Kafka for every partition's offsets
+        looks.append(now[0])
+        return watermarks(*args)
+
+    monkeypatch.setattr(lag_module.many, "watermarks", looked)
+
+    def tick():
+        now[0] += 10
+        context = build_sensor_context(instance=instance, cursor=sensor.cursor, sensor_name=sensor.definition.name,
+                                       resources={"kafka": kafka})
+        result = sensor.definition(context)
+        if not isinstance(result, SkipReason):  # a tick that did not look leaves the cursor as it was
+            sensor.cursor = result.cursor
+        return result
+
+    tick()  # 1010: nothing to archive
+    produce(kafka, name, [(b"k", b"v", [])] * 100)
+    assert all("at rest" in tick().skip_message for _ in range(2))  # 1020, 1030: the records wait
+    (first, key), = requested(tick())  # 1040: 30 s after the last look
+    sensor.finish(key, DagsterRunStatus.STARTED)
+    assert "1 range(s) in flight, no run of them ended" in tick().skip_message  # 1050
+    sensor.finish(key, DagsterRunStatus.SUCCESS, commit_to=100)
+    produce(kafka, name, [(b"k", b"v", [])] * 100)
+    (second, key), = requested(tick())  # 1060: the run ended
+    sensor.finish(key, DagsterRunStatus.STARTED)
+    assert "in flight" in tick().skip_message and "in flight" in tick().skip_message  # 1070, 1080
+    assert not tick().run_requests  # 1090: 30 s after the last look, asked, its range still in flight
+    assert [(first.start, first.end), (second.start, second.end)] == [(0, 100), (100, 200)]
+    assert looks == [1010.0, 1040.0, 1060.0, 1090.0]

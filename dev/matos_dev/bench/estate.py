@@ -1,7 +1,8 @@
 """`python -m matos_dev.bench.estate` (part of `make bench`; `make bench-estate` alone): an estate of topics
 kept archived by one deployment, at the default policy, as `make run` runs it.
 
-For each size (100 and 1,000 partitions by default: topics of 4 partitions), on the bench's own
+For each size (by default the targets' workloads: 100 partitions as 25 topics of 4 and as 100 of 1,
+a record in each every 10 s; 1,000 partitions as 250 topics of 4, every 30 s), on the bench's own
 Kafka, Swift and Spark Connect server, with `dagster dev` (webserver, ONE daemon, code server)
 and a topics file of one pattern matching every topic:
 
@@ -9,8 +10,8 @@ and a topics file of one pattern matching every topic:
    seconds from the daemon's start until every partition's committed offset is its log end;
 2. **idle CPU**: then nothing is produced for `--idle-s`; CPU-seconds of the daemon's and the
    code server's processes over that time, per second of it (cores);
-3. **latency**: for `--steady-s`, a few busy topics get records at `--busy-rate` records/s and
-   every other partition a record every `--quiet-every-s`; each record's latency is the time
+3. **latency**: for `--steady-s`, every partition gets a record every size's period (the first
+   `--busy-topics` topics `--busy-rate` records/s instead); each record's latency is the time
    from its production until its partition's committed offset passes it (polled every second);
    meanwhile the CPU of every process per range archived, by phase of the batch runs (estate_cpu.py);
 4. **monitor**: the age of each topic's latest monitor verdict at the end (the oldest);
@@ -123,12 +124,16 @@ class Committed:
         return None
 
 
-def size(text: str) -> tuple[int, int]:
-    """A size of the estate: `N` partitions (topics of PARTITIONS_PER_TOPIC), or `TxP` (T topics of P)."""
+def size(text: str, every_s: float) -> tuple[int, int, float]:
+    """A size of the estate and its quiet partitions' period: `N` partitions (topics of
+    PARTITIONS_PER_TOPIC) or `TxP` (T topics of P), then `@S` for a record in each every S seconds
+    (default `every_s`)."""
+    text, _, period = text.partition("@")
+    every = float(period) if period else every_s
     if "x" in text:
         t, p = text.split("x")
-        return int(t), int(p)
-    return max(1, int(text) // PARTITIONS_PER_TOPIC), PARTITIONS_PER_TOPIC
+        return int(t), int(p), every
+    return max(1, int(text) // PARTITIONS_PER_TOPIC), PARTITIONS_PER_TOPIC, every
 
 
 def measure(stack, tmp: Path, n_topics: int, per_topic: int, idle_s: float, steady_s: float, busy_topics: int,
@@ -268,8 +273,10 @@ def markdown(results: list[dict]) -> str:
         rows.append(f"| {name} | " + " | ".join(str(get(r)) for r in results) + f" | {target} |")
 
     row("topics × partitions", lambda r: f"{r['topics']} × {r.get('per_topic', PARTITIONS_PER_TOPIC)}", "")
+    row("a record in each quiet partition every, s",
+        lambda r: format(r["steady"]["quiet_every_s"], "g") if "quiet_every_s" in r.get("steady", {}) else "–", "")
     row(f"first backlog ({BACKLOG:,} records a partition), s", lambda r: r.get("first_backlog_s"), "< 180")
-    row("record → committed, median s", lambda r: r.get("steady", {}).get("median_s"), "")
+    row("record → committed, median s", lambda r: r.get("steady", {}).get("median_s"), "≤ 35")
     row("record → committed, p95 s", lambda r: r.get("steady", {}).get("p95_s"), "≤ 60")
     row("records not committed", lambda r: r.get("steady", {}).get("not_committed"), "0")
     row("idle CPU, daemon + code server, cores", lambda r: r.get("idle_cores", {}).get("daemon_and_code_server"),
@@ -292,12 +299,13 @@ def busy_markdown(b: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m matos_dev.bench.estate", description=__doc__.split("\n\n")[0])
-    p.add_argument("--partitions", default="100,100x1,1000",
-                   help="sizes, comma-separated: N partitions (topics of 4), or TxP (T topics of P partitions); "
-                        "default 100,100x1,1000")
+    p.add_argument("--partitions", default="100@10,100x1@10,1000@30",
+                   help="sizes, comma-separated: N partitions (topics of 4), or TxP (T topics of P partitions), "
+                        "then @S for a record in each quiet partition every S seconds (default --quiet-every-s); "
+                        "default 100@10,100x1@10,1000@30, the targets' workloads")
     p.add_argument("--idle-s", type=float, default=180.0)
-    p.add_argument("--steady-s", type=float, default=300.0)
-    p.add_argument("--busy-topics", type=int, default=2)
+    p.add_argument("--steady-s", type=float, default=180.0)
+    p.add_argument("--busy-topics", type=int, default=0, help="topics at --busy-rate among the quiet ones")
     p.add_argument("--busy-rate", type=float, default=100.0, help="records/s per busy topic")
     p.add_argument("--quiet-every-s", type=float, default=60.0, help="a record per quiet partition every ...")
     p.add_argument("--busy-latency-s", type=float, default=300.0,
@@ -317,16 +325,17 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(a.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     results = []
-    for (n_topics, per_topic), instance in [(size(x), i) for x in a.partitions.split(",") for i in a.instance]:
+    sizes = [size(x, a.quiet_every_s) for x in a.partitions.split(",")]
+    for (n_topics, per_topic, every_s), instance in [(x, i) for x in sizes for i in a.instance]:
         with running_stack() as stack:
             tmp = out / f"estate-{n_topics}x{per_topic}-{instance}-{uuid.uuid4().hex[:6]}"
             tmp.mkdir(parents=True)
             results.append(measure(stack, tmp, n_topics, per_topic, a.idle_s, a.steady_s, a.busy_topics, a.busy_rate,
-                                   a.quiet_every_s, instance=instance))
+                                   every_s, instance=instance))
             if instance == a.instance[0]:  # the sink's figures do not depend on Dagster's instance: once a size
                 results[-1]["peer"] = estate_peer.side_by_side(
                     stack, tmp, results[-1]["pattern"], peer_intervals, os.cpu_count() or 1,
-                    lambda kafka, topics: steady(kafka, topics, per_topic, a.busy_topics, a.busy_rate, a.quiet_every_s,
+                    lambda kafka, topics: steady(kafka, topics, per_topic, a.busy_topics, a.busy_rate, every_s,
                                                  a.steady_s), say=say)
         (out / "estate.json").write_text(json.dumps(results, indent=2))
         (out / "estate.md").write_text(markdown(results))

@@ -139,28 +139,27 @@ class Sampler:
 _PID = re.compile(r"Started process for run \(pid: (\d+)\)")
 
 
-def dagster_records(home: Path, since: float) -> tuple[list[Run], list[Window]]:
-    """The runs created since `since` and every sensor's ticks since then, from the instance in `home`."""
+def dagster_records(instance, since: float) -> tuple[list[Run], list[Window]]:
+    """The runs created since `since` and every sensor's ticks since then, from `instance`."""
     from datetime import datetime, timezone
 
-    from dagster import DagsterEventType, DagsterInstance, RunsFilter
+    from dagster import DagsterEventType, RunsFilter
     from dagster._core.definitions.run_request import InstigatorType
 
     runs, ticks = [], []
-    with DagsterInstance.from_config(str(home)) as instance:
-        for rec in instance.get_run_records(RunsFilter(created_after=datetime.fromtimestamp(since, timezone.utc))):
-            run = rec.dagster_run
-            engine = instance.get_records_for_run(run.run_id, of_type=DagsterEventType.ENGINE_EVENT, limit=20).records
-            pids = [int(m.group(1)) for e in engine if (m := _PID.search(e.event_log_entry.message or ""))]
-            last = instance.get_records_for_run(run.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION,
-                                                ascending=False, limit=1).records
-            runs.append(Run(run.run_id, run.job_name, rec.create_timestamp.timestamp(), rec.start_time, rec.end_time,
-                            _ranges(run.run_config), pids[0] if pids else None,
-                            last[0].event_log_entry.timestamp if last else None))
-        for state in instance.all_instigator_state(instigator_type=InstigatorType.SENSOR):
-            for tick in instance.get_ticks(state.instigator_origin_id, state.selector_id, after=since):
-                if tick.end_timestamp:
-                    ticks.append(Window(f"tick {state.instigator_name}", tick.timestamp, tick.end_timestamp))
+    for rec in instance.get_run_records(RunsFilter(created_after=datetime.fromtimestamp(since, timezone.utc))):
+        run = rec.dagster_run
+        engine = instance.get_records_for_run(run.run_id, of_type=DagsterEventType.ENGINE_EVENT, limit=20).records
+        pids = [int(m.group(1)) for e in engine if (m := _PID.search(e.event_log_entry.message or ""))]
+        last = instance.get_records_for_run(run.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION,
+                                            ascending=False, limit=1).records
+        runs.append(Run(run.run_id, run.job_name, rec.create_timestamp.timestamp(), rec.start_time, rec.end_time,
+                        _ranges(run.run_config), pids[0] if pids else None,
+                        last[0].event_log_entry.timestamp if last else None))
+    for state in instance.all_instigator_state(instigator_type=InstigatorType.SENSOR):
+        for tick in instance.get_ticks(state.instigator_origin_id, state.selector_id, after=since):
+            if tick.end_timestamp:
+                ticks.append(Window(f"tick {state.instigator_name}", tick.timestamp, tick.end_timestamp))
     return runs, ticks
 
 
@@ -200,18 +199,19 @@ class Budget:
 
     def stop(self, dev, wait_s: float = 300) -> dict:
         """Once the batch runs in flight have ended (at most `wait_s`), the figures (summary's)."""
-        from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
+        from dagster import DagsterRunStatus, RunsFilter
 
         in_flight = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING,
                      DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING]
         deadline = time.time() + wait_s
-        with DagsterInstance.from_config(str(dev.home)) as instance:
+        # dev.instance(): PostgreSQL's instance reads its connection from the environment it sets
+        with dev.instance() as instance:
             while time.time() < deadline and instance.get_runs_count(RunsFilter(
                     job_name=BATCH_JOB, statuses=in_flight)):
                 time.sleep(2)
-        time.sleep(1)  # the last spans' export (OTEL_BSP_SCHEDULE_DELAY)
-        intervals = self.sampler.stop()
-        runs, ticks = dagster_records(dev.home, self.since)
+            time.sleep(1)  # the last spans' export (OTEL_BSP_SCHEDULE_DELAY)
+            intervals = self.sampler.stop()
+            runs, ticks = dagster_records(instance, self.since)
         windows = run_windows(runs, self.receiver.spans) + ticks
         return summary(attribute(intervals, windows), windows, runs)
 

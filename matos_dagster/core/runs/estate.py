@@ -93,10 +93,24 @@ def read_cursor(text: str | None) -> dict[TP, PartitionState]:
     return out
 
 
-def write_cursor(states: dict[TP, PartitionState], lows: dict[TP, int], topics: TopicIds | None = None) -> str:
+def read_look(text: str | None) -> float | None:
+    """When the tick that wrote the cursor last asked Kafka (`write_cursor`'s `look`), in seconds since
+    the epoch; None if it did not say."""
+    look = _doc(text).get("l")
+    return float(look) if isinstance(look, (int, float)) else None
+
+
+def watched(states: dict[TP, PartitionState]) -> list[PartitionState]:
+    """The states whose range a run is to archive: in flight, not given up (that one waits for an
+    operator, not for a run)."""
+    return [s for s in states.values() if in_flight(s) and not waits_for_operator(s)]
+
+
+def write_cursor(states: dict[TP, PartitionState], lows: dict[TP, int], topics: TopicIds | None = None,
+                 look: float | None = None) -> str:
     """The cursor of `states`: a partition at rest (nothing in flight, nothing waiting, its next range
     starting where the committed offset, or else the log start in `lows`, says) as its committed
-    offset (null if none), and `topics`' ids, compressed when long."""
+    offset (null if none), `topics`' ids, and `look` (`read_look`), compressed when long."""
     doc: dict[str, dict[str, object]] = {}
     for (topic, p), s in sorted(states.items()):
         base = s.committed if s.committed is not None else lows.get((topic, p))
@@ -107,6 +121,8 @@ def write_cursor(states: dict[TP, PartitionState], lows: dict[TP, int], topics: 
         out["t"] = dict(sorted(topics.ids.items()))
     if topics is not None and topics.earlier:
         out["e"] = sorted(topics.earlier)
+    if look is not None:
+        out["l"] = round(look, 3)
     text = json.dumps(out, separators=(",", ":"))
     if len(text) > _PACK_ABOVE:
         text = _PACKED + base64.b64encode(zlib.compress(text.encode(), 9)).decode()

@@ -95,6 +95,7 @@ def test_the_report_has_a_column_per_size_and_instance_side_by_side():
                         "| 1,000 partitions, PostgreSQL | target |")
     assert "| idle CPU, daemon + code server, cores | 0.05 | 0.04 | 0.05 | 0.04 | < 0.1 |" in lines
     assert "| idle CPU, PostgreSQL server, cores | – | 0.02 | – | 0.02 |  |" in lines
+    assert "| a record in each quiet partition every, s | – | – | – | – |  |" in lines  # no steady workload given
     # sqlite alone (or results from before the instances): no PostgreSQL row
     assert "PostgreSQL" not in estate.markdown([result(100, "sqlite", sqlite_idle)])
 
@@ -122,3 +123,9 @@ def test_bench_estate_measures_a_tiny_estate_on_postgres_and_leaves_nothing_runn
     while (left := set(processes_of_this_session()) - before) and time.monotonic() < deadline:
         time.sleep(1)
     assert not left, {pid: processes_of_this_session().get(pid) for pid in left}
+
+
+def test_each_size_may_carry_its_own_period():
+    assert estate.size("100@10", 60.0) == (25, 4, 10.0)  # N partitions: topics of 4
+    assert estate.size("100x1", 60.0) == (100, 1, 60.0)  # no period: --quiet-every-s's
+    assert estate.size("250x4@30", 60.0) == (250, 4, 30.0)
