@@ -186,7 +186,8 @@ class KafkaArchive(Component, Resolvable):
             unset, the component's folder name. Two archives in one project need two names.
         group: The asset group of the archive assets.
         sensor_interval_s: Seconds between two ticks of the lag, monitor and days sensors; the
-            lag sensor ticks every 10 s (at most this) while a range it requested is in flight.
+            lag sensor also asks Kafka at its first tick after a run of its ranges ended (it ticks
+            every 10 s, or this if less).
         monitor_interval_s: The oldest a topic's monitor verdict may be, in seconds.
         retention_cron: When the `retention` job prunes old partition keys and runs.
         compact_cron: When the `compact` job merges small archived ranges into large ones.
@@ -206,8 +207,8 @@ class KafkaArchive(Component, Resolvable):
         "Two archives in one project need two names.")] = None
     group: Annotated[str, _about("The asset group of the archive assets.")] = "archive"
     sensor_interval_s: Annotated[int, _about(
-        "Seconds between two ticks of the lag, monitor and days sensors; the lag sensor ticks every 10 s (at most "
-        "this) while a range it requested is in flight.")] = 30
+        "Seconds between two ticks of the lag, monitor and days sensors; the lag sensor also asks Kafka at its first "
+        "tick after a run of its ranges ended (it ticks every 10 s, or this if less).")] = 30
     monitor_interval_s: Annotated[int, _about("The oldest a topic's monitor verdict may be, in seconds.")] = 300
     retention_cron: Annotated[str, _about("When the `retention` job prunes old partition keys and runs.")] = \
         "7 * * * *"

@@ -107,7 +107,8 @@ def archive_definitions(
         name: The archive's name, from which every Dagster name is derived (letters, digits, `_`).
         group: The asset group of the archive assets.
         sensor_interval_s: Seconds between two ticks of the lag, monitor and days sensors; the
-            lag sensor ticks every 10 s (at most this) while a range it requested is in flight.
+            lag sensor also asks Kafka at its first tick after a run of its ranges ended (it ticks
+            every 10 s, or this if less).
         monitor_interval_s: The oldest a topic's monitor verdict may be, in seconds.
         retention_cron: When the `retention` job prunes old partition keys and runs.
         compact_cron: When the `compact` job merges small archived ranges into large ones.

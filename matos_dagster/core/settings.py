@@ -119,8 +119,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("MATOS_TOPICS_FILE", "", "YAML file of the topics to archive.", kind=File(),
             dev=str(PROJECT_ROOT / "topics.yaml")),
     Setting("MATOS_SENSOR_INTERVAL_S", "30",
-            "Seconds between two ticks of the lag, monitor and days sensors; the lag sensor ticks every 10 s "
-            "(at most this) while a range it requested is in flight.", kind=Whole(unit="seconds")),
+            "Seconds between two ticks of the lag, monitor and days sensors; the lag sensor also asks Kafka at its "
+            "first tick after a run of its ranges ended (it ticks every 10 s, or this if less).",
+            kind=Whole(unit="seconds")),
     Setting("MATOS_RUN_MAX_RANGES", "1000", "Ranges one `archive_ranges` run carries at most: a tick with more due requests more runs.", kind=Whole(unit="ranges")),
     Setting("MATOS_HEARTBEAT_S", "15",
             "Seconds between two heartbeats of an archive run (a run tag written by a thread of its own).", kind=Number(least=1, unit="seconds")),
